@@ -1,0 +1,475 @@
+"""SGLang's HTTP API: routes, auth, request parsing and response shapes.
+
+Shapes follow SGLang 0.5.23 (../shared/docs/sglang.md): OpenAI chat and completions with
+SSE chunks and the usage chunk, the native /generate with meta_info, /get_server_info with
+internal_states, /flush_cache, /metrics. Prompt length is counted in whitespace-separated
+words (a chat template adds 3 tokens per message plus 1, as a real template adds tokens);
+every output token is one word, so clients can count what a chunk carries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+
+from sglang_emulator import SGLANG_VERSION, model
+from sglang_emulator.engine import VOCAB, QueueFull, Request
+
+LOG = logging.getLogger("sglang")
+AUTH_EXEMPT = ("/health", "/ready", "/metrics")
+
+
+def error(message: str, code: int = 400, err_type: str = "BadRequestError") -> dict:
+    return {"object": "error", "message": message, "type": err_type, "param": None, "code": code}
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def detok(ids: list[int]) -> str:
+    return "".join(" " + VOCAB[i] for i in ids)
+
+
+class BadRequest(Exception):
+    pass
+
+
+# -- sinks: how tokens reach each API's client -----------------------------------------------
+class Sink:
+    def __init__(self, resp, stream: bool):
+        self.resp = resp
+        self.stream = stream
+        self.done = asyncio.get_running_loop().create_future()
+
+    def on_tokens(self, req: Request, new_ids: list[int]) -> None:
+        if self.stream and new_ids:
+            try:
+                self.resp.chunk(b"data: " + json.dumps(self.chunk(req, new_ids)).encode() + b"\n\n")
+            except ConnectionError:
+                self._finish()
+                raise
+
+    def on_finish(self, req: Request) -> None:
+        if self.stream:
+            try:
+                for body in self.closing_chunks(req):
+                    self.resp.chunk(b"data: " + json.dumps(body).encode() + b"\n\n")
+                self.resp.chunk(b"data: [DONE]\n\n")
+            except ConnectionError:
+                pass
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def chunk(self, req, new_ids):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def closing_chunks(self, req):
+        return []
+
+
+class OpenAISink(Sink):
+    def __init__(self, resp, stream, model_name, chat, include_usage, prompt_tokens):
+        super().__init__(resp, stream)
+        self.model = model_name
+        self.chat = chat
+        self.include_usage = include_usage
+        self.prompt_tokens = prompt_tokens
+        self.id = uuid.uuid4().hex
+        self.created = int(time.time())
+        self.sent_role = False
+
+    def _envelope(self, choice: dict) -> dict:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": None,
+        }
+
+    def chunk(self, req, new_ids):
+        text = detok(new_ids)
+        if self.chat:
+            delta = {"content": text}
+            if not self.sent_role:
+                delta = {"role": "assistant", "content": text}
+                self.sent_role = True
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None, "matched_stop": None}
+        return self._envelope(choice)
+
+    def usage(self, req) -> dict:
+        n = len(req.generated)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "total_tokens": self.prompt_tokens + n,
+            "completion_tokens": n,
+            "prompt_tokens_details": None,
+        }
+
+    def closing_chunks(self, req):
+        if self.chat:
+            last = {"index": 0, "delta": {}, "logprobs": None, "finish_reason": req.finish_reason, "matched_stop": None}
+        else:
+            last = {"index": 0, "text": "", "logprobs": None, "finish_reason": req.finish_reason, "matched_stop": None}
+        out = [self._envelope(last)]
+        if self.include_usage:
+            out.append(dict(self._envelope(last), choices=[], usage=self.usage(req)))
+        return out
+
+    def full(self, req) -> dict:
+        text = detok(req.generated)
+        if self.chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": None},
+                "logprobs": None,
+                "finish_reason": req.finish_reason,
+                "matched_stop": None,
+            }
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason, "matched_stop": None}
+        return {
+            "id": self.id,
+            "object": "chat.completion" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage(req),
+        }
+
+
+class NativeSink(Sink):
+    def __init__(self, resp, stream, spec, prompt_tokens):
+        super().__init__(resp, stream)
+        self.spec = spec
+        self.prompt_tokens = prompt_tokens
+
+    def meta(self, req, final: bool) -> dict:
+        n = len(req.generated)
+        info = {
+            "id": req.rid,
+            "finish_reason": None,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": n,
+            "cached_tokens": 0,
+        }
+        if self.spec:
+            info["spec_verify_ct"] = req.verify_ct
+            if req.verify_ct:
+                # The prefill's first token is not a verify step: SGLang divides all tokens.
+                info["spec_accept_length"] = n / req.verify_ct
+                info["spec_accept_rate"] = (req.spec_accepted - req.verify_ct) / (req.verify_ct * self.spec.num_steps)
+        if final:
+            if req.finish_reason == "length":
+                info["finish_reason"] = {"type": "length", "length": req.max_new}
+            else:
+                info["finish_reason"] = {"type": "stop", "matched": 2}
+            info["e2e_latency"] = req.finished_at - req.created
+        return info
+
+    def chunk(self, req, new_ids):
+        final = req.finished_at is not None
+        return {"text": detok(req.generated), "output_ids": list(req.generated), "meta_info": self.meta(req, final)}
+
+    def on_tokens(self, req, new_ids):
+        if req.finished_at is not None and self.stream:
+            return  # the last tokens go out in the final chunk, with finish_reason
+        super().on_tokens(req, new_ids)
+
+    def closing_chunks(self, req):
+        return [self.chunk(req, [])]
+
+    def full(self, req) -> dict:
+        return self.chunk(req, [])
+
+
+class HealthSink(Sink):
+    def __init__(self):
+        super().__init__(None, False)
+
+
+# -- the routes --------------------------------------------------------------------------------
+class Api:
+    def __init__(self, cfg, engine, metrics, state):
+        self.cfg = cfg
+        self.args = cfg["args"]
+        self.engine = engine
+        self.metrics = metrics
+        self.state = state  # .status: starting | ready | shutting_down; .crash()
+        self.model_name = cfg["served_model_name"]
+        self.generation_requests = 0
+        self.routes = {
+            ("GET", "/health"): self.health,
+            ("GET", "/health_generate"): self.health,
+            ("GET", "/ready"): self.ready,
+            ("GET", "/v1/models"): self.models,
+            ("GET", "/get_model_info"): self.model_info,
+            ("GET", "/model_info"): self.model_info,
+            ("GET", "/get_server_info"): self.server_info,
+            ("GET", "/server_info"): self.server_info,
+            ("GET", "/flush_cache"): self.flush_cache,
+            ("POST", "/flush_cache"): self.flush_cache,
+            ("POST", "/v1/chat/completions"): self.chat,
+            ("POST", "/v1/completions"): self.completions,
+            ("POST", "/generate"): self.generate,
+            ("GET", "/emulator/analytic"): self.analytic,
+        }
+        if self.args.enable_metrics:
+            self.routes[("GET", "/metrics")] = self.prom
+
+    async def dispatch(self, req, resp) -> None:
+        handler = self.routes.get((req.method, req.path))
+        if handler is None:
+            known = any(path == req.path for _, path in self.routes)
+            resp.send(405 if known else 404, {"detail": "Method Not Allowed" if known else "Not Found"})
+            return
+        key = self.args.api_key
+        if key and not req.path.startswith(AUTH_EXEMPT):
+            if req.headers.get("authorization", "") != f"Bearer {key}":
+                resp.send(401, {"error": "Unauthorized"})
+                return
+        if self.state.status != "ready" and not req.path.startswith(AUTH_EXEMPT) and req.path != "/get_server_info":
+            resp.send(503, error("The server is not ready yet.", 503, "ServiceUnavailableError"))
+            return
+        try:
+            await handler(req, resp)
+        except BadRequest as exc:
+            if resp.streaming:
+                resp.end_stream()
+            else:
+                resp.send(400, error(str(exc)))
+
+    # health and info
+    async def health(self, req, resp):
+        if self.state.status != "ready":
+            resp.send(503, b"", "text/plain")
+            return
+        sink = HealthSink()
+        self.engine.submit(self.engine.new_request(4, 1, True, sink))
+        try:
+            await asyncio.wait_for(asyncio.shield(sink.done), 20)
+        except TimeoutError:
+            resp.send(503, b"", "text/plain")
+            return
+        resp.send(200 if self.state.status == "ready" else 503, b"", "text/plain")
+
+    async def ready(self, req, resp):
+        resp.send(200 if self.state.status == "ready" else 503, {"status": self.state.status})
+
+    async def models(self, req, resp):
+        resp.send(
+            200,
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.model_name,
+                        "object": "model",
+                        "created": int(self.state.started),
+                        "owned_by": "sglang",
+                        "root": self.model_name,
+                        "parent": None,
+                        "max_model_len": self.cfg["context_length"],
+                    }
+                ],
+            },
+        )
+
+    async def model_info(self, req, resp):
+        prof = self.cfg["profile"]
+        resp.send(
+            200,
+            {
+                "model_path": self.args.model_path,
+                "tokenizer_path": self.args.tokenizer_path or self.args.model_path,
+                "served_model_name": self.model_name,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": None,
+                "architectures": prof["architectures"],
+            },
+        )
+
+    async def server_info(self, req, resp):
+        info = dict(self.cfg["server_args"])
+        info.update(
+            {
+                "version": SGLANG_VERSION,
+                "launch_command": self.cfg["launch_command"],
+                "startup_time": self.state.started,
+                "status": self.state.status,
+                "max_running_requests": self.cfg["max_running_requests"],
+                "internal_states": [
+                    {
+                        "avg_spec_accept_length": self.engine.accept_length() if self.engine.spec else None,
+                        "last_gen_throughput": self.engine.last_gen_throughput,
+                        "effective_max_running_requests_per_dp": self.cfg["max_running_requests"],
+                        "memory_usage": self.cfg["memory_usage"],
+                    }
+                ],
+                "emulator": {
+                    "profile": self.cfg["profile_name"],
+                    "time_scale": self.args.emulator_time_scale,
+                    "seed": self.args.emulator_seed,
+                    "pid": os.getpid(),
+                },
+            }
+        )
+        resp.send(200, info)
+
+    async def flush_cache(self, req, resp):
+        if self.engine.busy():
+            resp.send(
+                400,
+                "Cache not flushed. Please check backend logs for more details. (When there are running "
+                "or waiting requests, the operation will not be performed.)",
+                "text/plain",
+            )
+            return
+        self.engine.flush()
+        resp.send(
+            200,
+            "Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+            "waiting requests, the operation will not be performed.)",
+            "text/plain",
+        )
+
+    async def prom(self, req, resp):
+        resp.send(200, self.metrics.render(self.engine, self.model_name), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def analytic(self, req, resp):
+        try:
+            conc = int(req.query.get("concurrency", ["1"])[0])
+            in_len = int(req.query.get("input_len", ["256"])[0])
+            out_len = int(req.query.get("output_len", ["256"])[0])
+            if conc < 1 or in_len < 0 or out_len < 1:
+                raise ValueError
+        except ValueError:
+            resp.send(400, error("concurrency >= 1, input_len >= 0 and output_len >= 1 are integers"))
+            return
+        truth = model.steady_state(
+            self.cfg["costs"],
+            self.cfg["spec"],
+            conc,
+            in_len,
+            out_len,
+            self.cfg["max_running_requests"],
+            self.cfg["kv_capacity_tokens"],
+        )
+        scale = self.args.emulator_time_scale
+        truth["model_output_tok_per_s"] = truth["output_tok_per_s"]
+        truth["output_tok_per_s"] = truth["output_tok_per_s"] / scale
+        truth["request_per_s"] = truth["request_per_s"] / scale
+        truth["per_stream_tok_per_s"] = truth["per_stream_tok_per_s"] / scale
+        truth["step_s"] = truth["step_s"] * scale
+        truth.update(time_scale=scale, input_len=in_len, output_len=out_len, profile=self.cfg["profile_name"])
+        resp.send(200, truth)
+
+    # generation
+    def _body(self, req) -> dict:
+        try:
+            body = req.json()
+        except ValueError as exc:
+            raise BadRequest(f"Invalid JSON body: {exc}") from exc
+        if not isinstance(body, dict):
+            raise BadRequest("The request body must be a JSON object.")
+        return body
+
+    def _check_len(self, prompt_tokens: int, max_new: int | None) -> None:
+        if max_new is not None and (not isinstance(max_new, int) or max_new < 1):
+            raise BadRequest("max_tokens must be a positive integer.")
+        ctx = self.cfg["context_length"]
+        if prompt_tokens + (max_new or 0) > ctx:
+            raise BadRequest(
+                f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a "
+                f"total of {prompt_tokens + (max_new or 0)} tokens: {prompt_tokens} tokens from the input messages and "
+                f"{max_new or 0} tokens for the completion. Please reduce the number of tokens in the input messages "
+                "or the completion to fit within the limit."
+            )
+
+    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full) -> None:
+        self.generation_requests += 1
+        crash_after = self.args.emulator_crash_after
+        if crash_after is not None and self.generation_requests > crash_after:
+            self.state.crash(f"emulated crash after {crash_after} requests")
+        self.metrics.requests += 1
+        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink)
+        try:
+            self.engine.submit(request)
+        except QueueFull as exc:
+            resp.send(503, error(str(exc), 503, "ServiceUnavailableError"))
+            return
+        if self.args.log_requests:
+            LOG.info(
+                "Receive: obj=GenerateReqInput(rid=%s, prompt_tokens=%d, max_new_tokens=%s)", request.rid, prompt_tokens, max_new
+            )
+        if sink.stream:
+            resp.start_stream()
+        await sink.done
+        if sink.stream:
+            resp.end_stream()
+        else:
+            resp.send(200, full(request))
+
+    async def _openai(self, req, resp, chat: bool):
+        body = self._body(req)
+        if chat:
+            messages = body.get("messages")
+            if not isinstance(messages, list) or not messages:
+                raise BadRequest("messages must be a non-empty list.")
+            prompt_tokens = 1 + sum(
+                3 + words(m.get("content") or "") if isinstance(m.get("content"), str) else 3
+                for m in messages
+                if isinstance(m, dict)
+            )
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+                prompt_tokens = len(prompt)
+            elif isinstance(prompt, str):
+                prompt_tokens = words(prompt)
+            elif isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt_tokens = words(prompt[0])
+            else:
+                raise BadRequest("prompt must be a string or a list of token ids.")
+        max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+        self._check_len(prompt_tokens, max_new)
+        stream = bool(body.get("stream", False))
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage", self.args.stream_response_default_include_usage))
+        sink = OpenAISink(resp, stream, body.get("model") or self.model_name, chat, include_usage, prompt_tokens)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full)
+
+    async def chat(self, req, resp):
+        await self._openai(req, resp, True)
+
+    async def completions(self, req, resp):
+        await self._openai(req, resp, False)
+
+    async def generate(self, req, resp):
+        body = self._body(req)
+        if isinstance(body.get("input_ids"), list):
+            prompt_tokens = len(body["input_ids"])
+        elif isinstance(body.get("text"), str):
+            prompt_tokens = words(body["text"])
+        else:
+            raise BadRequest("Either text or input_ids should be provided.")
+        params = body.get("sampling_params") or {}
+        max_new = params.get("max_new_tokens", 128)
+        self._check_len(prompt_tokens, max_new)
+        sink = NativeSink(resp, bool(body.get("stream", False)), self.engine.spec, prompt_tokens)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full)

@@ -1,0 +1,262 @@
+"""Continuous batching: the scheduler loop that turns the model's costs into time.
+
+One asyncio task plays SGLang's scheduler. Each iteration is either a prefill of newly
+admitted requests (prefill first, as SGLang schedules) or one decode/verify step over the
+running batch; the loop sleeps for the iteration's modelled cost on an absolute schedule
+(so late wake-ups do not accumulate), then hands each request its new tokens through its
+sink. Sinks write straight to the client's socket: no per-token task switches, so one
+core serves hundreds of streams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import logging
+import random
+import time
+
+from sglang_emulator import model
+
+LOG = logging.getLogger("sglang")
+TP0 = {"tp": " TP0"}
+VOCAB = (
+    "the of and to in is was that for on as with by at from his an were are which this be "
+    "or has had not but one their its first new after also who two they have more been than "
+    "other into over all time there years would can only most some may any such these made "
+    "world between through under during three while where city part state well used both each "
+    "high number early known called much around since however about many several those long "
+    "second including well system later against being well group same area work life war"
+).split()
+MAX_LAG_S = 0.25  # behind schedule by more than this: resync instead of bursting
+
+
+class QueueFull(Exception):
+    pass
+
+
+class Request:
+    __slots__ = (
+        "aborted",
+        "created",
+        "finish_reason",
+        "finished_at",
+        "first_token_at",
+        "generated",
+        "input_len",
+        "kv_reserved",
+        "last_emit",
+        "max_new",
+        "rid",
+        "sink",
+        "spec_accepted",
+        "stop_at",
+        "verify_ct",
+    )
+
+    def __init__(self, rid: str, input_len: int, max_new: int, stop_at: int, sink):
+        self.rid = rid
+        self.input_len = input_len
+        self.max_new = max_new
+        self.stop_at = stop_at  # tokens after which the request ends (max_new, or an EOS draw)
+        self.sink = sink  # .on_tokens(req, new_ids) and .on_finish(req)
+        self.generated: list[int] = []
+        self.verify_ct = 0
+        self.spec_accepted = 0
+        self.created = time.monotonic()
+        self.first_token_at = None
+        self.finished_at = None
+        self.last_emit = None
+        self.finish_reason = None
+        self.aborted = False
+        self.kv_reserved = 0
+
+
+class Engine:
+    def __init__(self, cfg: dict, metrics):
+        args = cfg["args"]
+        self.costs = cfg["costs"]
+        self.spec = cfg["spec"]
+        self.scale = args.emulator_time_scale
+        self.max_running = cfg["max_running_requests"]
+        self.max_queued = args.max_queued_requests
+        self.kv_capacity = cfg["kv_capacity_tokens"]
+        self.chunk = args.chunked_prefill_size
+        self.context_length = cfg["context_length"]
+        self.graph_bs = args.cuda_graph_max_bs_decode or 160
+        self.log_interval = max(1, args.decode_log_interval)
+        self.metrics = metrics
+        self.rng = random.Random(args.emulator_seed)
+        self.q_eff = model.q_effective(self.spec.q, self.spec.eagle_topk) if self.spec else None
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.kv_used = 0
+        self.wake = asyncio.Event()
+        self.ids = itertools.count()
+        self.decode_steps = 0
+        self.lag_resyncs = 0
+        # Lifetime accept-length average, reset by /flush_cache (as SGLang's).
+        self.spec_tokens = 0
+        self.spec_verify = 0
+        self.interval_tokens = 0
+        self.interval_start = time.monotonic()
+        self.last_gen_throughput = 0.0
+
+    # -- admission -------------------------------------------------------------------
+    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink) -> Request:
+        if max_new is None:
+            max_new = max(1, self.context_length - input_len)
+        stop_at = max_new
+        if not ignore_eos:
+            # The model emits EOS after a random length (mean 180 tokens), as real outputs end.
+            stop_at = min(max_new, 1 + int(self.rng.expovariate(1 / 180)))
+        return Request(f"{next(self.ids):x}", input_len, max_new, stop_at, sink)
+
+    def submit(self, req: Request) -> None:
+        if self.max_queued is not None and len(self.waiting) >= self.max_queued:
+            raise QueueFull(f"The request queue is full ({self.max_queued} requests).")
+        self.waiting.append(req)
+        self.wake.set()
+
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def accept_length(self) -> float:
+        return self.spec_tokens / self.spec_verify if self.spec_verify else 0.0
+
+    def flush(self) -> None:
+        self.spec_tokens = 0
+        self.spec_verify = 0
+
+    def _admit(self) -> list[Request]:
+        batch, tokens = [], 0
+        while self.waiting and len(self.running) + len(batch) < self.max_running:
+            req = self.waiting[0]
+            if req.aborted:
+                self.waiting.popleft()
+                continue
+            need = req.input_len + req.max_new
+            if self.kv_used + need > self.kv_capacity and (self.running or batch):
+                break  # wait for memory; a lone request is admitted and retracted later in SGLang
+            if batch and tokens + req.input_len > self.chunk:
+                break
+            self.waiting.popleft()
+            req.kv_reserved = min(need, self.kv_capacity)
+            self.kv_used += req.kv_reserved
+            tokens += req.input_len
+            batch.append(req)
+        return batch
+
+    # -- the loop ----------------------------------------------------------------------
+    async def _sleep_until(self, target: float) -> float:
+        now = time.monotonic()
+        if target > now:
+            await asyncio.sleep(target - now)
+            return target
+        if now - target > MAX_LAG_S:
+            self.lag_resyncs += 1
+            return now
+        return target
+
+    async def run(self) -> None:
+        next_t = time.monotonic()
+        while True:
+            if not self.waiting and not self.running:
+                self.wake.clear()
+                await self.wake.wait()
+                next_t = max(next_t, time.monotonic())
+                continue
+            self.running = [r for r in self.running if not r.aborted or self._release(r)]
+            batch = self._admit()
+            if batch:
+                n_tokens = sum(r.input_len for r in batch)
+                next_t = await self._sleep_until(next_t + self.costs.prefill(n_tokens) * self.scale)
+                self.metrics.prompt_tokens += n_tokens
+                LOG.debug(
+                    "Prefill batch, #new-seq: %d, #new-token: %d, #running-req: %d, #queue-req: %d",
+                    len(batch),
+                    n_tokens,
+                    len(self.running),
+                    len(self.waiting),
+                    extra=TP0,
+                )
+                for req in batch:
+                    if not req.aborted:
+                        self.running.append(req)
+                        self._emit(req, 1)
+                continue
+            if not self.running:
+                continue
+            size = len(self.running)
+            steps = model.step_choice(self.costs, self.spec, size)
+            cost = model.step_cost(self.costs, self.spec, size, steps)
+            next_t = await self._sleep_until(next_t + cost * self.scale)
+            self.decode_steps += 1
+            for req in list(self.running):
+                if req.aborted:
+                    continue
+                if steps:
+                    gained = model.draw_accept(self.rng, self.q_eff, steps)
+                    req.verify_ct += 1
+                    req.spec_accepted += gained
+                    self.spec_tokens += gained
+                    self.spec_verify += 1
+                else:
+                    gained = 1
+                self._emit(req, gained)
+            if self.decode_steps % self.log_interval == 0:
+                self._log_decode(size, steps)
+
+    def _emit(self, req: Request, count: int) -> None:
+        count = min(count, req.stop_at - len(req.generated))
+        rng = self.rng
+        new_ids = [rng.randrange(len(VOCAB)) for _ in range(count)]
+        now = time.monotonic()
+        req.generated.extend(new_ids)
+        self.metrics.generation_tokens += count
+        self.interval_tokens += count
+        if req.first_token_at is None:
+            req.first_token_at = now
+            self.metrics.ttft.observe(now - req.created)
+        elif count:
+            self.metrics.itl.observe((now - req.last_emit) / count, count)
+        req.last_emit = now
+        done = len(req.generated) >= req.stop_at
+        if done:
+            req.finish_reason = "length" if len(req.generated) >= req.max_new else "stop"
+            req.finished_at = now
+            self.metrics.e2e.observe(now - req.created)
+            self.running.remove(req)
+            self._release(req)
+        try:
+            req.sink.on_tokens(req, new_ids)
+            if done:
+                req.sink.on_finish(req)
+        except (ConnectionError, RuntimeError):
+            req.aborted = True
+
+    def _release(self, req: Request) -> bool:
+        self.kv_used -= req.kv_reserved
+        req.kv_reserved = 0
+        return False
+
+    def _log_decode(self, size: int, steps: int) -> None:
+        now = time.monotonic()
+        elapsed = max(1e-9, now - self.interval_start)
+        self.last_gen_throughput = self.interval_tokens / elapsed / (1 if self.scale == 0 else 1)
+        self.interval_tokens = 0
+        self.interval_start = now
+        spec = f"accept len: {self.accept_length():.2f}, " if self.spec else ""
+        LOG.info(
+            "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: %s, "
+            "gen throughput (token/s): %.2f, #queue-req: %d,",
+            size,
+            self.kv_used,
+            self.kv_used / self.kv_capacity,
+            spec,
+            size <= self.graph_bs,
+            self.last_gen_throughput,
+            len(self.waiting),
+            extra=TP0,
+        )

@@ -1,0 +1,70 @@
+"""Named performance profiles: one node and model each, calibrated to published figures.
+
+Times are seconds of model time (``--emulator-time-scale`` stretches or shrinks them).
+``accept_q`` is the per-draft-token acceptance probability of each algorithm; draft costs
+``e0`` (per draft step) and ``e1`` (per request and branch per draft step) are the draft
+model's. See model.py for what each constant means. Figures below are the model's own
+steady state with 256 input and 256 output tokens (the benchmark's defaults).
+"""
+
+from __future__ import annotations
+
+PROFILES: dict[str, dict] = {
+    # The seeds: Kimi-K2.5 INT4 on 8 x RTX PRO 6000 Blackwell (PCIe Gen5, no NVLink).
+    # Baseline 92.6 tok/s and EAGLE-3 96.1 tok/s at concurrency 1; with
+    # --max-running-requests unset EAGLE-3 is capped at 48 running and flattens near
+    # 340 tok/s from concurrency 70. The same roofline puts the crossover near C = 1.3:
+    # on this PCIe node EAGLE-3 barely pays even for one stream.
+    "kimi-k2.5-8x-rtx-pro-6000": {
+        "description": "Kimi-K2.5 INT4, 8 x RTX PRO 6000 Blackwell, PCIe (the seeds)",
+        "model_path": "moonshotai/Kimi-K2.5",
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "context_length": 262144,
+        "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "gpu_memory_total_mib": 97887,
+        "default_tp_size": 8,
+        "weights_mib_per_gpu": 72000,  # at tp 8; scales as 8 / tp
+        "draft_weights_mib_per_gpu": 1200,
+        "kv_kib_per_token_per_gpu": 8.6,  # MLA cache, 61 layers, spread over tp ranks
+        "load_seconds": 4.0,
+        "costs": {"t_fixed": 0.0020, "t_mem": 0.00875, "t_tok": 0.001335, "t_prefill_fixed": 0.0020, "t_prefill_tok": 0.00008},
+        "draft_defaults": [3, 1, 4],  # SGLang's auto (steps, topk, draft) for non-Llama
+        "spec": {
+            "EAGLE3": {"accept_q": 0.60, "e0": 0.00370, "e1": 0.00020},
+            "EAGLE": {"accept_q": 0.52, "e0": 0.00370, "e1": 0.00020},
+            "STANDALONE": {"accept_q": 0.55, "e0": 0.00900, "e1": 0.00040},
+            "NGRAM": {"accept_q": 0.30, "e0": 0.00030, "e1": 0.00002},
+        },
+    },
+    # SGLang's speculative-decoding docs: Llama-3.1-8B-Instruct on one H100, MT-bench,
+    # batch 1: no speculation 158 tok/s, EAGLE-3 373 tok/s (5 steps, top-k 4, 8 draft
+    # tokens). The roofline puts the crossover near C = 51, by SGLang's adaptive default
+    # (speculation off from batch 64).
+    "llama-3.1-8b-1x-h100": {
+        "description": "Llama-3.1-8B-Instruct, 1 x H100 80GB (SGLang's docs)",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+        "architectures": ["LlamaForCausalLM"],
+        "context_length": 131072,
+        "gpu_name": "NVIDIA H100 80GB HBM3",
+        "gpu_memory_total_mib": 81559,
+        "default_tp_size": 1,
+        "weights_mib_per_gpu": 15320,
+        "draft_weights_mib_per_gpu": 850,
+        "kv_kib_per_token_per_gpu": 128.0,
+        "load_seconds": 2.0,
+        "costs": {"t_fixed": 0.0010, "t_mem": 0.00534, "t_tok": 0.000020, "t_prefill_fixed": 0.0010, "t_prefill_tok": 0.00001},
+        "draft_defaults": [5, 4, 8],  # SGLang's auto for Llama
+        "spec": {
+            "EAGLE3": {"accept_q": 0.32, "e0": 0.000592, "e1": 0.000010},
+            "EAGLE": {"accept_q": 0.24, "e0": 0.000592, "e1": 0.000010},
+            "STANDALONE": {"accept_q": 0.28, "e0": 0.001500, "e1": 0.000030},
+            "NGRAM": {"accept_q": 0.15, "e0": 0.000050, "e1": 0.000002},
+        },
+    },
+}
+
+DEFAULT_PROFILE = "kimi-k2.5-8x-rtx-pro-6000"
+
+# SGLang's default --speculative-adaptive table: from batch size N, candidate step counts
+# (0 is plain decode). Speculation is off from batch 64.
+DEFAULT_ADAPTIVE_TABLE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}

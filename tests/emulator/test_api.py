@@ -1,0 +1,249 @@
+"""The emulator's HTTP API against SGLang's shapes, over real sockets."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import EMULATOR, http
+
+LLAMA = ["--emulator-profile", "llama-3.1-8b-1x-h100"]
+EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]
+
+
+def sse_events(raw: bytes) -> list:
+    events = []
+    for line in raw.decode().splitlines():
+        if line.startswith("data: "):
+            payload = line[len("data: ") :]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def test_models_model_info_and_server_info(emulator):
+    emu = emulator(*LLAMA, "--served-model-name", "llama-8b", "--max-running-requests", "64")
+    status, _, body = http("GET", emu.base_url + "/v1/models")
+    assert status == 200
+    models = json.loads(body)
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "llama-8b" and models["data"][0]["owned_by"] == "sglang"
+    status, _, body = http("GET", emu.base_url + "/get_model_info")
+    info = json.loads(body)
+    assert info["model_path"] == "test/model" and info["is_generation"] is True
+    status, _, body = http("GET", emu.base_url + "/get_server_info")
+    server = json.loads(body)
+    assert server["version"] == "0.5.23"
+    assert server["tp_size"] == 1 and server["max_running_requests"] == 64
+    assert "--served-model-name llama-8b" in server["launch_command"]
+    state = server["internal_states"][0]
+    assert {"avg_spec_accept_length", "last_gen_throughput", "effective_max_running_requests_per_dp", "memory_usage"} <= set(
+        state
+    )
+
+
+def test_chat_stream_with_usage_and_non_stream(emulator):
+    emu = emulator(*LLAMA)
+    body = {
+        "model": "test/model",
+        "messages": [{"role": "user", "content": "one two three"}],
+        "max_tokens": 7,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    status, headers, raw = http("POST", emu.base_url + "/v1/chat/completions", body)
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert chunks[0]["object"] == "chat.completion.chunk"
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert len(text.split()) == 7
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finals[-1]["choices"][0]["finish_reason"] == "length"
+    usage = chunks[-1]
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 7
+    assert usage["usage"]["prompt_tokens"] == 3 + 3 + 1  # words plus the chat template's tokens
+    body.update(stream=False)
+    body.pop("stream_options")
+    status, _, raw = http("POST", emu.base_url + "/v1/chat/completions", body)
+    full = json.loads(raw)
+    assert full["object"] == "chat.completion"
+    assert len(full["choices"][0]["message"]["content"].split()) == 7
+    assert full["usage"]["total_tokens"] == full["usage"]["prompt_tokens"] + 7
+
+
+def test_completions_stream_and_eos(emulator):
+    emu = emulator(*LLAMA)
+    body = {"prompt": "a b c d", "max_tokens": 5, "ignore_eos": True, "stream": True}
+    events = sse_events(http("POST", emu.base_url + "/v1/completions", body)[2])
+    chunks = [e for e in events[:-1] if e["choices"]]
+    assert chunks[0]["object"] == "text_completion"
+    assert len("".join(c["choices"][0]["text"] for c in chunks).split()) == 5
+    assert not any(e["usage"] for e in events[:-1])  # no usage chunk unless asked
+    # Without ignore_eos outputs end early at random lengths (why benchmarks set it).
+    lengths = []
+    for _ in range(12):
+        raw = http("POST", emu.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 400})[2]
+        lengths.append(json.loads(raw)["usage"]["completion_tokens"])
+    assert min(lengths) < 400
+
+
+def test_generate_native_meta_info_in_speculative_mode(emulator):
+    emu = emulator(
+        *LLAMA,
+        *EAGLE3,
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "4",
+        "--max-running-requests",
+        "32",
+    )
+    body = {"text": "w " * 16, "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}, "stream": True}
+    events = sse_events(http("POST", emu.base_url + "/generate", body)[2])
+    assert events[-1] == "[DONE]"
+    last = events[-2]
+    meta = last["meta_info"]
+    assert meta["prompt_tokens"] == 16 and meta["completion_tokens"] == 64
+    assert len(last["output_ids"]) == 64 and len(last["text"].split()) == 64
+    assert meta["finish_reason"] == {"type": "length", "length": 64}
+    assert meta["e2e_latency"] > 0
+    assert 1 <= meta["spec_accept_length"] <= 4
+    assert meta["spec_accept_length"] == pytest.approx(64 / meta["spec_verify_ct"])
+    # Cumulative text: each chunk extends the one before; a chunk can carry several tokens.
+    counts = [e["meta_info"]["completion_tokens"] for e in events[:-1]]
+    assert counts == sorted(counts) and max(b - a for a, b in zip(counts, counts[1:], strict=False)) > 1
+    # The lifetime accept length in /get_server_info, reset by /flush_cache.
+    state = json.loads(http("GET", emu.base_url + "/get_server_info")[2])["internal_states"][0]
+    assert state["avg_spec_accept_length"] > 1
+    assert http("POST", emu.base_url + "/flush_cache")[0] == 200
+    state = json.loads(http("GET", emu.base_url + "/get_server_info")[2])["internal_states"][0]
+    assert state["avg_spec_accept_length"] == 0
+
+
+def test_api_key_guards_everything_but_health_and_metrics(emulator):
+    emu = emulator(*LLAMA, "--api-key", "sekret", "--enable-metrics")
+    assert http("GET", emu.base_url + "/v1/models")[0] == 401
+    assert json.loads(http("GET", emu.base_url + "/v1/models")[2]) == {"error": "Unauthorized"}
+    bad = {"Authorization": "Bearer wrong"}
+    assert http("POST", emu.base_url + "/generate", {"text": "x"}, bad)[0] == 401
+    good = {"Authorization": "Bearer sekret"}
+    assert http("GET", emu.base_url + "/v1/models", headers=good)[0] == 200
+    assert http("GET", emu.base_url + "/health")[0] == 200
+    assert http("GET", emu.base_url + "/health_generate")[0] == 200
+    assert http("GET", emu.base_url + "/metrics")[0] == 200
+
+
+def test_metrics_only_when_enabled_and_with_sglang_names(emulator):
+    plain = emulator(*LLAMA)
+    assert http("GET", plain.base_url + "/metrics")[0] == 404
+    emu = emulator(*LLAMA, "--enable-metrics", "--served-model-name", "m8")
+    http("POST", emu.base_url + "/generate", {"text": "a b", "sampling_params": {"max_new_tokens": 9, "ignore_eos": True}})
+    text = http("GET", emu.base_url + "/metrics")[2].decode()
+    for name in (
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        "sglang:gen_throughput",
+        "sglang:token_usage",
+        "sglang:spec_accept_length",
+        "sglang:prompt_tokens_total",
+        "sglang:generation_tokens_total",
+        "sglang:time_to_first_token_seconds_bucket",
+        "sglang:inter_token_latency_seconds_count",
+        "sglang:e2e_request_latency_seconds_sum",
+    ):
+        assert name in text
+    assert 'sglang:generation_tokens_total{model_name="m8"}' in text
+
+
+def test_health_is_503_while_loading(emulator):
+    emu = emulator(*LLAMA, "--emulator-load-seconds", "40", time_scale=0.1, wait=False)
+    deadline = time.monotonic() + 10
+    status = None
+    while time.monotonic() < deadline:
+        try:
+            status = http("GET", emu.base_url + "/health_generate", timeout=2)[0]
+            break
+        except OSError:
+            time.sleep(0.05)
+    assert status == 503
+    assert http("GET", emu.base_url + "/health")[0] == 503
+    emu.wait_ready(timeout=30)
+    assert http("GET", emu.base_url + "/health")[0] == 200
+
+
+def test_flush_cache_refused_while_requests_run(emulator):
+    emu = emulator(*LLAMA, time_scale=1.0)
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 300, "ignore_eos": True}}
+    worker = threading.Thread(target=http, args=("POST", emu.base_url + "/generate", body))
+    worker.start()
+    time.sleep(0.3)
+    status, _, raw = http("POST", emu.base_url + "/flush_cache")
+    assert status == 400 and b"not be performed" in raw
+    worker.join()
+    assert http("GET", emu.base_url + "/flush_cache")[0] == 200
+
+
+def test_bad_requests_get_openai_errors(emulator):
+    emu = emulator(*LLAMA)
+    status, _, raw = http("POST", emu.base_url + "/v1/chat/completions", {"messages": []})
+    assert status == 400 and json.loads(raw)["object"] == "error"
+    status, _, raw = http("POST", emu.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 200_000})
+    assert status == 400 and "maximum context length" in json.loads(raw)["message"]
+    assert http("GET", emu.base_url + "/nope")[0] == 404
+
+
+def test_analytic_endpoint_scales_with_time(emulator):
+    emu = emulator(*LLAMA, time_scale=0.5)
+    truth = json.loads(http("GET", emu.base_url + "/emulator/analytic?concurrency=1&input_len=256&output_len=256")[2])
+    assert truth["model_output_tok_per_s"] == pytest.approx(158, rel=0.02)
+    assert truth["output_tok_per_s"] == pytest.approx(2 * truth["model_output_tok_per_s"])
+    assert http("GET", emu.base_url + "/emulator/analytic?concurrency=0")[0] == 400
+
+
+def run_cli(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(EMULATOR), *flags], check=False, capture_output=True, text=True, timeout=30)
+
+
+def test_unknown_flag_exits_naming_it():
+    result = run_cli("--model-path", "m", "--no-such-flag", "3")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in result.stderr
+
+
+def test_removed_cuda_graph_flag_is_ambiguous_as_in_sglang_0_5_20():
+    result = run_cli("--model-path", "m", "--cuda-graph-max-bs", "8")
+    assert result.returncode == 2 and "ambiguous option: --cuda-graph-max-bs" in result.stderr
+
+
+def test_spec_trio_must_be_all_or_none():
+    result = run_cli("--model-path", "m", *EAGLE3, "--speculative-num-steps", "3")
+    assert result.returncode == 1 and "set all of --speculative-num-steps" in result.stdout
+
+
+def test_speculative_mode_caps_running_requests_at_48_with_sglangs_warning(emulator):
+    emu = emulator("--tp-size", "8", *EAGLE3)
+    assert "Max running requests is reset to 48 for speculative decoding." in emu.log()
+    info = json.loads(http("GET", emu.base_url + "/get_server_info")[2])
+    assert info["max_running_requests"] == 48
+    explicit = emulator("--tp-size", "8", *EAGLE3, "--max-running-requests", "256")
+    assert "reset to 48" not in explicit.log()
+    assert json.loads(http("GET", explicit.base_url + "/get_server_info")[2])["max_running_requests"] == 256
+
+
+def test_startup_log_reads_like_sglangs(emulator):
+    emu = emulator(*LLAMA, "--decode-log-interval", "5")
+    http("POST", emu.base_url + "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}})
+    log = emu.log()
+    assert "The server is fired up and ready to roll!" in log
+    assert "server_args=ServerArgs(" in log
+    assert "TP0] Decode batch, #running-req: 1," in log and "gen throughput (token/s):" in log

@@ -1,0 +1,83 @@
+"""The emulator's performance model, measured over HTTP against a real emulator process."""
+
+from __future__ import annotations
+
+import pytest
+from loadgen import analytic, closed_loop_throughput
+
+from sglang_emulator import model
+from sglang_emulator.profiles import PROFILES
+
+EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]
+SCALE = 0.05  # twenty times faster than the node; throughput is read in model time
+
+
+@pytest.mark.parametrize(
+    ("flags", "concurrency", "seeds_tok_per_s"),
+    [
+        pytest.param([], 1, 92.6, id="baseline-C1"),
+        pytest.param(EAGLE3, 1, 96.1, id="eagle3-C1"),
+        pytest.param(EAGLE3, 70, 340.0, id="eagle3-C70-mrr-unset"),
+    ],
+)
+def test_default_profile_reproduces_the_seeds(emulator, flags, concurrency, seeds_tok_per_s):
+    emu = emulator("--tp-size", "8", "--enable-metrics", *flags, time_scale=SCALE)
+    warmup = 2.5 if concurrency > 48 else 1.0
+    measured = closed_loop_throughput(emu.base_url, concurrency, warmup_s=warmup, window_s=4.0) * SCALE
+    assert measured == pytest.approx(seeds_tok_per_s, rel=0.05), emu.log()[-2000:]
+    truth = analytic(emu.base_url, concurrency, 256, 256)["model_output_tok_per_s"]
+    assert measured == pytest.approx(truth, rel=0.03)
+
+
+def test_speculation_wins_low_and_loses_high_in_the_model():
+    prof = PROFILES["llama-3.1-8b-1x-h100"]
+    costs = model.Costs(**prof["costs"])
+    const = prof["spec"]["EAGLE3"]
+    spec = model.SpecConfig("EAGLE3", 5, 4, 8, const["accept_q"], const["e0"], const["e1"])
+    args = (256, 256, 1024, 10**7)
+    base1 = model.steady_state(costs, None, 1, *args)["output_tok_per_s"]
+    spec1 = model.steady_state(costs, spec, 1, *args)["output_tok_per_s"]
+    assert base1 == pytest.approx(158, rel=0.02)
+    assert spec1 == pytest.approx(373, rel=0.02)
+    base250 = model.steady_state(costs, None, 250, *args)["output_tok_per_s"]
+    spec250 = model.steady_state(costs, spec, 250, *args)["output_tok_per_s"]
+    assert spec250 < base250
+    crossover = model.crossover(costs, spec, *args)
+    assert 30 < crossover < 70
+
+
+def test_accept_length_draws_match_their_mean():
+    import random
+
+    rng = random.Random(1)
+    q_eff, steps = 0.6, 3
+    draws = [model.draw_accept(rng, q_eff, steps) for _ in range(200_000)]
+    assert sum(draws) / len(draws) == pytest.approx(model.mean_accept_length(q_eff, steps), rel=0.01)
+    assert min(draws) == 1 and max(draws) == steps + 1
+
+
+def test_expected_steps_matches_simulation():
+    import random
+
+    rng = random.Random(2)
+    q_eff, steps, tokens = 0.7, 3, 255
+    runs = []
+    for _ in range(4000):
+        n = done = 0
+        while done < tokens:
+            done += model.draw_accept(rng, q_eff, steps)
+            n += 1
+        runs.append(n)
+    assert sum(runs) / len(runs) == pytest.approx(model.expected_steps(tokens, q_eff, steps), rel=0.01)
+
+
+def test_adaptive_default_table_turns_speculation_off_from_64():
+    prof = PROFILES["llama-3.1-8b-1x-h100"]
+    costs = model.Costs(**prof["costs"])
+    const = prof["spec"]["EAGLE3"]
+    table = ((1, (1, 3, 5, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,)))
+    spec = model.SpecConfig("EAGLE3", 3, 1, 4, const["accept_q"], const["e0"], const["e1"], table)
+    assert model.step_choice(costs, spec, 64) == 0
+    assert model.step_choice(costs, spec, 200) == 0
+    assert model.step_choice(costs, spec, 1) in (1, 3, 5, 7)
+    assert model.step_choice(costs, spec, 1) > 0
