@@ -1,0 +1,61 @@
+"""The checkout is both an Ansible project and a collection: check both faces."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
+MODULES = sorted(p.stem for p in (ROOT / "plugins" / "modules").glob("*.py") if not p.stem.startswith("_"))
+PLAYBOOKS = ["bench.yml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "playbooks").glob("*.yml"))]
+
+
+def run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, check=False, capture_output=True, text=True, timeout=300)
+
+
+def test_galaxy_build_packages_the_collection(tmp_path):
+    result = run(str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (archive,) = tmp_path.glob("specbench-core-*.tar.gz")
+    with tarfile.open(archive) as tar:
+        names = set(tar.getnames())
+    assert "MANIFEST.json" in names and "meta/runtime.yml" in names
+    assert "files/sglang_emulator/__main__.py" in names
+    assert not any(n.startswith((".venv", "collections/", "results/")) for n in names)
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_ansible_doc_shows_every_module(module):
+    result = run(str(BIN / "ansible-doc"), "--json", f"specbench.core.{module}")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)[f"specbench.core.{module}"]
+    assert doc["doc"]["short_description"]
+    assert doc["examples"] and doc["return"] is not None
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbooks_pass_syntax_check(playbook):
+    result = run(str(BIN / "ansible-playbook"), "--syntax-check", playbook)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_default_inventory_is_localhost_on_the_emulator():
+    result = run(str(BIN / "ansible-inventory"), "--list")
+    assert result.returncode == 0, result.stderr
+    inventory = json.loads(result.stdout)
+    host = inventory["_meta"]["hostvars"]["localhost"]
+    assert host["engine"] == "emulator" and host["ansible_connection"] == "local"
+
+
+def test_example_proxmox_inventory_uses_documentation_addresses_only():
+    result = run(str(BIN / "ansible-inventory"), "-i", "inventory/proxmox.example.yml", "--list")
+    assert result.returncode == 0, result.stderr
+    hostvars = json.loads(result.stdout)["_meta"]["hostvars"]
+    for name, hv in hostvars.items():
+        assert hv["ansible_host"].startswith("192.0.2."), name
