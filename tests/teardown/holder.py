@@ -1,0 +1,104 @@
+"""A process that holds emulated GPU device nodes, the way an SGLang server or worker does.
+
+Started by the teardown tests only, always with ``--tag <the test's tmp_path>`` on its command
+line so that kill patterns and cleanups can only ever match processes that test started.
+
+    holder.py --tag T --dev DIR [--gpu N --mib M] [--nodes a,b] [--comm NAME]
+              [--ignore-term] [--setsid] [--worker SPEC ...] [--exit-after-ready]
+              [--record-extra JSON]
+
+It opens its nodes, writes its memory record (sglang_emulator.gpus.write_record, plus the
+fields of --record-extra), starts its workers (each ``--worker`` is a JSON list of extra
+arguments for a child holder), prints READY once they all are, and waits for signals.
+With --exit-after-ready it exits right after READY, leaving its workers running (a parent
+that the test does not reap stays a zombie: the "defunct parent"). With --leader-exits its
+main thread exits while another thread keeps the descriptors ("Zl": a defunct leader whose
+own /proc/<pid>/fd is empty, its holdings visible under /proc/<pid>/task/<tid>/fd).
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "files"))
+
+from sglang_emulator import gpus  # noqa: E402
+
+
+def set_comm(name: str) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--tag", required=True)
+    p.add_argument("--dev", required=True)
+    p.add_argument("--gpu", type=int)
+    p.add_argument("--mib", type=int, default=0)
+    p.add_argument("--nodes", default="")
+    p.add_argument("--comm")
+    p.add_argument("--ignore-term", action="store_true")
+    p.add_argument("--setsid", action="store_true")
+    p.add_argument("--worker", action="append", default=[])
+    p.add_argument("--exit-after-ready", action="store_true")
+    p.add_argument("--leader-exits", action="store_true")
+    p.add_argument("--record-extra", default="")
+    args = p.parse_args()
+
+    if args.comm:
+        set_comm(args.comm)
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.setsid:
+        os.setsid()
+    nodes = [n for n in args.nodes.split(",") if n]
+    if args.gpu is not None:
+        nodes += ["nvidiactl", "nvidia-uvm", f"nvidia{args.gpu}"]
+    held = [os.open(os.path.join(args.dev, n), os.O_RDWR) for n in dict.fromkeys(nodes)]
+    if args.gpu is not None and args.mib:
+        path = gpus.write_record(args.dev, args.comm or "holder", {args.gpu: args.mib})
+        if args.record_extra:
+            with open(path, encoding="utf-8") as fh:
+                record = json.load(fh)
+            record.update(json.loads(args.record_extra))
+            with open(path + ".tmp", "w", encoding="utf-8") as fh:
+                json.dump(record, fh)
+            os.replace(path + ".tmp", path)
+
+    children = []
+    for spec in args.worker:
+        extra = json.loads(spec)
+        child = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--tag", args.tag, "--dev", args.dev, *extra],
+            stdout=subprocess.PIPE,
+        )
+        children.append(child)
+    for child in children:
+        line = child.stdout.readline()
+        if line.strip() != b"READY":
+            sys.stderr.write(f"worker {child.pid} did not start\n")
+            return 1
+    sys.stdout.write("READY " + " ".join(str(c.pid) for c in children) + "\n")
+    sys.stdout.flush()
+    if args.exit_after_ready:
+        os._exit(0)
+    if args.leader_exits:
+        # the thread-group leader exits, a thread lives on with the descriptors: state "Zl"
+        threading.Thread(target=lambda: time.sleep(3600)).start()
+        ctypes.CDLL(None).pthread_exit(None)
+    while True:
+        signal.pause()
+    return 0 if held else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""Helpers for the teardown tests: a device folder per test, holder processes, playbook runs.
+
+Every process these tests start carries ``--tag <tmp_path>`` (or, for the emulator, a device
+folder under tmp_path) on its command line, and every kill pattern a test passes is that
+tmp_path, escaped: nothing outside the test can match. Holders get neutral names (td-server,
+td-worker0) rather than sglang::..., so that other people's name-based cleanups running on the
+same machine cannot reach them. Cleanup kills only processes whose
+command line holds the tag or that hold a file of the test's own device folder.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HOLDER = Path(__file__).resolve().parent / "holder.py"
+FAKE_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi.py"
+for extra in (ROOT / "collections", ROOT / "files"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from ansible_collections.specbench.core.plugins.module_utils import proc_table  # noqa: E402
+from sglang_emulator import gpus  # noqa: E402
+
+H200_MIB = 143771
+
+
+def tagged_pids(tag: str) -> set[int]:
+    """Live processes (not zombies) whose command line contains tag."""
+    found = set()
+    for info in proc_table.snapshot().values():
+        if tag in info.command and info.pid != os.getpid() and info.state not in ("Z", "X"):
+            found.add(info.pid)
+    return found
+
+
+class Lab:
+    """One test's device folder and the process trees it started there."""
+
+    def __init__(self, tmp_path: Path, gpu_count: int = 2):
+        self.tmp = tmp_path
+        self.tag = str(tmp_path)
+        self.pattern = re.escape(self.tag)
+        self.dev = tmp_path / "dev"
+        self.node_dir = tmp_path / "node"
+        (self.node_dir / "state").mkdir(parents=True)
+        gpus.ensure_device_dir(str(self.dev), gpu_count, "NVIDIA H200", H200_MIB)
+        self.started: list[subprocess.Popen] = []
+        self.own_fds: list[int] = []
+
+    def start(self, *args: str, wait: bool = True) -> tuple[subprocess.Popen, list[int]]:
+        """Start holder.py in its own session; (Popen, pids of its workers) once READY."""
+        proc = subprocess.Popen(
+            [sys.executable, str(HOLDER), "--tag", self.tag, "--dev", str(self.dev), *args],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.started.append(proc)
+        if not wait:
+            return proc, []
+        line = proc.stdout.readline().decode().split()
+        assert line and line[0] == "READY", f"holder {args} did not start"
+        return proc, [int(p) for p in line[1:]]
+
+    def server(self, *worker_flags: list[str], gpus_used=(0, 1), mib: int = 20000, **kw):
+        """A server (its own process group) with one worker per GPU; worker_flags per worker."""
+        specs = []
+        for i, gpu in enumerate(gpus_used):
+            flags = worker_flags[i] if i < len(worker_flags) else []
+            specs += ["--worker", json.dumps(["--gpu", str(gpu), "--mib", str(mib), "--comm", f"td-worker{i}", *flags])]
+        return self.start("--nodes", "nvidiactl,nvidia-uvm", "--comm", "td-server", *specs, **kw)
+
+    def never_kill_daemon(self) -> subprocess.Popen:
+        """A stand-in for nvidia-persistenced: holds every node, no memory, on the default list."""
+        proc, _ = self.start("--nodes", "nvidiactl,nvidia0,nvidia1", "--comm", "nvidia-persistenced")
+        return proc
+
+    def hold_node_myself(self, node: str = "nvidiactl") -> None:
+        """The test's own process holds a node (it is an ancestor of the teardown)."""
+        self.own_fds.append(os.open(self.dev / node, os.O_RDWR))
+
+    def state(self) -> dict:
+        return gpus.read_state(str(self.dev))
+
+    def used(self) -> list[int]:
+        return [g["memory_used_mib"] for g in self.state()["gpus"]]
+
+    def holders(self) -> set[int]:
+        real = os.path.realpath(self.dev)
+        nodes = [os.path.join(real, n) for n in os.listdir(real) if n.startswith("nvidia")]
+        return set(proc_table.holders(nodes))
+
+    def fuser(self) -> set[int]:
+        """The holders as the real fuser (psmisc) sees them: an oracle independent of proc_table."""
+        nodes = sorted(str(p) for p in self.dev.iterdir() if p.name.startswith("nvidia"))
+        out = subprocess.run(["fuser", *nodes], capture_output=True, text=True, check=False).stdout
+        return {int(tok) for tok in out.split()}
+
+    def write_server_record(self, pid: int, pgid: int) -> Path:
+        path = self.node_dir / "state" / "server.json"
+        path.write_text(json.dumps({"pid": pid, "pgid": pgid, "command": ["holder.py"]}))
+        return path
+
+    def extravars(self, **overrides) -> dict:
+        """Role variables aimed at this test's folder and tag only."""
+        values = {
+            "specbench_node_dir": str(self.node_dir),
+            "gpu_backend": "emulated",
+            "gpu_device_glob": f"{self.dev}/nvidia*",
+            "gpu_kill_patterns": [self.pattern],
+            "gpu_term_timeout_s": 2,
+            "gpu_kill_timeout_s": 5,
+            "gpu_clean_timeout_s": 5,
+        }
+        values.update(overrides)
+        return values
+
+    def cleanup(self) -> None:
+        for fd in self.own_fds:
+            os.close(fd)
+        for _ in range(3):
+            victims = tagged_pids(self.tag) | (self.holders() - {os.getpid()})
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if not victims:
+                break
+            time.sleep(0.05)
+        for proc in self.started:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            if proc.stdout:
+                proc.stdout.close()
+
+
+class Playbook:
+    """One ansible-playbook run through ansible-runner (the way AWX runs it)."""
+
+    def __init__(self, result):
+        self.result = result
+        self.rc = result.rc
+        self.events = list(result.events)
+
+    def task(self, name_part: str) -> dict:
+        """The result (res) of the last run of the task whose name contains name_part."""
+        found = None
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event", "").startswith("runner_on_") and name_part in data.get("task", ""):
+                found = data.get("res", {})
+        assert found is not None, f"no task named like {name_part!r} ran:\n{self.stdout()}"
+        return found
+
+    def fact(self, name: str):
+        for ev in self.events:
+            res = ev.get("event_data", {}).get("res", {})
+            facts = res.get("ansible_facts", {}) if isinstance(res, dict) else {}
+            if name in facts:
+                value = facts[name]
+        return value
+
+    def stdout(self) -> str:
+        return self.result.stdout.read()
+
+
+def run_playbook(tmp_path: Path, extravars: dict, playbook: str = "playbooks/teardown.yml",
+                 check: bool = False, limit_ident: str | None = None) -> Playbook:
+    import ansible_runner
+
+    bindir = str(Path(sys.executable).parent)
+    private = tmp_path / "runner"
+    private.mkdir(exist_ok=True)
+    result = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(ROOT),
+        playbook=str(ROOT / playbook),  # an absolute playbook path stays as it is
+        inventory=str(ROOT / "inventory" / "local.yml"),
+        extravars=extravars,
+        envvars={
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_REMOTE_TMP": str(tmp_path / "ansible-tmp"),
+            "ANSIBLE_NOCOLOR": "1",
+        },
+        cmdline="--check" if check else None,
+        ident=limit_ident,
+        quiet=True,
+        timeout=180,
+    )
+    return Playbook(result)

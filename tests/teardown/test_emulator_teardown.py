@@ -1,0 +1,48 @@
+"""The real SGLang emulator (tp-size 2, stubborn workers, one worker outside the group) torn
+down through playbooks/teardown.yml, the way bench.yml's always block does it."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from td_support import run_playbook
+
+from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from sglang_emulator import gpus
+
+pytestmark = pytest.mark.slow
+
+
+def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
+    emu = emulator("--tp-size", "2", "--emulator-profile", "llama-3.1-8b-1x-h100", "--emulator-load-seconds", "0.2",
+                   "--emulator-fault", "ignore-sigterm", "--emulator-fault", "worker-leaves-group")
+    before = gpus.read_state(str(emu.device_dir))
+    workers = [p["pid"] for g in before["gpus"] for p in g["processes"]]
+    assert len(workers) == 2 and all(g["memory_used_mib"] > 1000 for g in before["gpus"])
+    runaway = [w for w in workers if proc_table.read_proc(w).pgid != emu.proc.pid]
+    assert len(runaway) == 1  # the last worker called setsid()
+    # what the launch role records
+    (lab.node_dir / "state" / "server.json").write_text(json.dumps({"pid": emu.proc.pid, "pgid": emu.proc.pid}))
+
+    play = run_playbook(tmp_path, lab.extravars(gpu_device_glob=f"{emu.device_dir}/nvidia*",
+                                                gpu_kill_patterns=[re.escape(str(tmp_path))],
+                                                gpu_term_timeout_s=2))
+    assert play.rc == 0, play.stdout()
+    res = play.task("Kill the server and the device holders")
+    killed = {k["pid"]: k for k in res["killed"]}
+    assert killed[emu.proc.pid]["step"] == "group" and killed[emu.proc.pid]["signals"] == ["SIGTERM"]
+    for pid in workers:
+        assert killed[pid]["signal"] == "SIGKILL"  # they ignore SIGTERM
+    assert killed[runaway[0]]["step"] == "pattern"
+    after = gpus.read_state(str(emu.device_dir))
+    assert [g["memory_used_mib"] for g in after["gpus"]] == [1, 1]
+    assert not any(g["processes"] for g in after["gpus"])
+    assert lab_holders(emu.device_dir) == set()
+    assert emu.proc.wait(timeout=5) is not None
+    assert "GPU(s) clean" in play.stdout()
+
+
+def lab_holders(device_dir) -> set[int]:
+    nodes = proc_table.expand_nodes(f"{device_dir}/nvidia*")
+    return set(proc_table.holders(nodes))

@@ -1,0 +1,56 @@
+"""What a teardown that cannot succeed says: a process stuck in the driver (state D) and
+memory held outside this PID namespace, simulated through the emulated backend's record
+fields (docs/CONTRACTS.md, "Emulated teardown cases"), through real playbook runs."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from td_support import run_playbook
+
+from ansible_collections.specbench.core.plugins.module_utils import proc_table
+
+pytestmark = pytest.mark.slow
+
+FAST_FAIL = {"gpu_term_timeout_s": 0.3, "gpu_kill_timeout_s": 0.3, "gpu_clean_timeout_s": 0.5}
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
+    stuck, _ = lab.start("--gpu", "0", "--mib", "30000", "--comm", "td-stuck",
+                         "--record-extra", json.dumps({"emulated_state": "D"}))
+    server, workers = lab.server(gpus_used=(1,))
+    play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
+    assert play.rc != 0
+    res = play.task("Kill the server and the device holders")
+    assert res["clean"] is False
+    fail = flat(play.task("Refuse to go on with GPUs that are not clean")["msg"])
+    assert "GPU 0" in fail and "30001 MiB used" in fail
+    assert f"pid {stuck.pid} stuck in the driver (state D)" in fail
+    assert "GPU reset (nvidia-smi --gpu-reset -i <gpu>" in fail and "reboot" in fail
+    assert "GPU 1" not in fail  # the healthy server was killed and its GPU is clean
+    killed = {k["pid"]: k for k in res["killed"]}
+    assert killed[stuck.pid]["signals"] == ["SIGTERM", "SIGKILL"] and not killed[stuck.pid]["exited"]
+    assert killed[server.pid]["exited"] and killed[workers[0]]["exited"]
+    # the facts were recorded before the play failed
+    fact = play.fact("specbench_gpu")
+    assert fact["clean"] is False and fact["after"]["dirty_gpus"] == [0]
+
+
+def test_memory_outside_the_namespace_is_reported_with_host_advice(lab, tmp_path):
+    hidden, _ = lab.start("--gpu", "1", "--mib", "12000", "--comm", "other-container",
+                          "--record-extra", json.dumps({"outside_namespace": True}))
+    play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
+    assert play.rc != 0
+    res = play.task("Kill the server and the device holders")
+    fail = flat(play.task("Refuse to go on with GPUs that are not clean")["msg"])
+    assert "GPU 1" in fail and "12001 MiB used, 0 compute process(es)" in fail
+    assert "12001 MiB with no process visible here: held outside this PID namespace" in fail
+    assert "run the teardown on the Proxmox host" in fail and "pct exec" in fail
+    assert res["killed"] == []  # it cannot see the holder, so it signals nobody
+    assert all(h["pid"] != hidden.pid for h in res["after"]["holders"])
+    assert proc_table.alive(hidden.pid)
