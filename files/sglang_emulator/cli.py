@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 
@@ -124,29 +123,53 @@ def resolve(args: argparse.Namespace) -> dict:
     trio = (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens)
     if algo:
         algo = "EAGLE" if algo == "NEXTN" else algo
+        if args.speculative_algorithm == "NEXTN" and not args.speculative_draft_model_path:
+            # MTP layers live in the target checkpoint (DeepSeek-V3 family): SGLang uses the model path.
+            args.speculative_draft_model_path = args.model_path
         if algo in ("EAGLE", "EAGLE3", "STANDALONE") and not args.speculative_draft_model_path:
             raise StartupError(f"--speculative-draft-model-path is required for --speculative-algorithm {algo}")
-        if any(v is not None for v in trio) and any(v is None for v in trio):
-            raise StartupError(
-                "AssertionError: set all of --speculative-num-steps, --speculative-eagle-topk and "
-                "--speculative-num-draft-tokens, or none of them"
-            )
-        steps, topk, draft = trio if trio[0] is not None else prof["draft_defaults"]
+        table = parse_adaptive_table(args.speculative_adaptive_config) if args.speculative_adaptive else None
+        if algo == "NGRAM":
+            # NGRAM drafts from the prompt: only the draft-token count matters (SGLang's default 12).
+            draft = args.speculative_num_draft_tokens or 12
+            steps, topk = draft - 1, 1
+        else:
+            if any(v is not None for v in trio) and any(v is None for v in trio):
+                raise StartupError(
+                    "AssertionError: set all of --speculative-num-steps, --speculative-eagle-topk and "
+                    "--speculative-num-draft-tokens, or none of them"
+                )
+            if trio[0] is not None:
+                steps, topk, draft = trio
+            elif table is not None:
+                # Adaptive picks the middle candidate of the smallest batch row, top-k 1.
+                row = sorted(table[0][1])
+                steps, topk, draft = row[(len(row) - 1) // 2], 1, 0
+            else:
+                steps, topk, draft = prof["draft_defaults"]
         if topk == 1 and draft != steps + 1:
-            warnings.append(f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} when topk is 1")
+            if draft:
+                warnings.append(
+                    f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} when topk is 1"
+                )
             draft = steps + 1
-        table = None
-        if args.speculative_adaptive:
-            if algo not in ("EAGLE", "EAGLE3") or topk != 1:
-                raise StartupError("--speculative-adaptive supports only EAGLE and EAGLE3 with --speculative-eagle-topk 1")
-            table = parse_adaptive_table(args.speculative_adaptive_config)
+        if table is not None and (algo not in ("EAGLE", "EAGLE3") or topk != 1):
+            warnings.append("--speculative-adaptive needs EAGLE or EAGLE3 with topk 1; using static speculative steps.")
+            table = None
+        if table is not None and all(steps not in row for _, row in table):
+            raise StartupError(f"--speculative-num-steps {steps} is not a candidate step of --speculative-adaptive-config")
         constants = prof["spec"][algo]
         spec = SpecConfig(algo, steps, topk, draft, constants["accept_q"], constants["e0"], constants["e1"], table)
+        # /get_server_info reports resolved values, as SGLang's does.
+        args.speculative_algorithm = algo
+        args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft
         if args.max_running_requests is None:
             args.max_running_requests = 48
             warnings.append("Max running requests is reset to 48 for speculative decoding.")
     elif args.speculative_adaptive:
         raise StartupError("--speculative-adaptive needs --speculative-algorithm EAGLE or EAGLE3")
+    if args.served_model_name is None:
+        args.served_model_name = args.model_path
 
     total = prof["gpu_memory_total_mib"]
     chunk = args.chunked_prefill_size or (8192 if total > 60000 else 4096)
@@ -200,24 +223,38 @@ def resolve(args: argparse.Namespace) -> dict:
     }
 
 
-def parse_adaptive_table(text: str | None) -> tuple:
-    """--speculative-adaptive-config: JSON (inline or a file) mapping batch size to steps."""
+def parse_adaptive_table(path: str | None) -> tuple:
+    """--speculative-adaptive-config: a JSON file, as SGLang reads it.
+
+    ``{"<batch size>": {"candidate_steps": [...], <tuning knobs>}, <shared knobs>}``; keys
+    that are not batch sizes are shared knobs (the emulator has no use for them). A batch
+    uses the row with the largest key not above it, the smallest row below every key.
+    No file: SGLang's default table.
+    """
     raw = DEFAULT_ADAPTIVE_TABLE
-    if text:
+    if path:
         try:
-            raw = json.loads(open(text, encoding="utf-8").read() if os.path.isfile(text) else text)
-        except (OSError, ValueError) as exc:
-            raise StartupError(f"--speculative-adaptive-config is not valid JSON: {exc}") from exc
-        if isinstance(raw, dict) and "candidate_steps" in raw:
-            raw = raw["candidate_steps"]
-    try:
-        rows = sorted((int(bs), tuple(int(s) for s in steps)) for bs, steps in raw.items())
-    except (AttributeError, TypeError, ValueError) as exc:
-        raise StartupError(
-            '--speculative-adaptive-config must map batch sizes to step lists, e.g. {"1": [1, 3], "64": [0]}'
-        ) from exc
-    if not rows or rows[0][0] != 1 or any(not steps for _, steps in rows):
-        raise StartupError("--speculative-adaptive-config needs a row for batch size 1 and no empty rows")
+            with open(path, encoding="utf-8") as fh:
+                raw = json.load(fh)
+        except OSError as exc:
+            raise StartupError(f"--speculative-adaptive-config {path}: {exc.strerror} (it takes a JSON file's path)") from exc
+        except ValueError as exc:
+            raise StartupError(f"--speculative-adaptive-config {path} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise StartupError('--speculative-adaptive-config must be a JSON object: {"1": {"candidate_steps": [1, 3]}, ...}')
+    rows = []
+    for key, row in raw.items():
+        if not str(key).isdigit():
+            continue  # a shared knob (ema_alpha, update_interval, ...)
+        steps = row.get("candidate_steps") if isinstance(row, dict) else row
+        if not isinstance(steps, list) or not steps or not all(isinstance(s, int) and s >= 0 for s in steps):
+            raise StartupError(
+                f"--speculative-adaptive-config row {key}: candidate_steps must be a non-empty list of non-negative integers"
+            )
+        rows.append((int(key), tuple(steps)))
+    if not rows:
+        raise StartupError("--speculative-adaptive-config needs at least one batch-size row")
+    rows.sort()
     return tuple(rows)
 
 

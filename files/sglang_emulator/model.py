@@ -92,7 +92,7 @@ def step_choice(costs: Costs, spec: SpecConfig | None, batch: int) -> int:
         return 0
     if spec.adaptive_table is None:
         return spec.num_steps
-    candidates: tuple[int, ...] = (spec.num_steps,)
+    candidates = spec.adaptive_table[0][1]  # below every key: the smallest row
     for threshold, row in spec.adaptive_table:
         if batch >= threshold:
             candidates = row

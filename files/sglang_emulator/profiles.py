@@ -67,4 +67,9 @@ DEFAULT_PROFILE = "kimi-k2.5-8x-rtx-pro-6000"
 
 # SGLang's default --speculative-adaptive table: from batch size N, candidate step counts
 # (0 is plain decode). Speculation is off from batch 64.
-DEFAULT_ADAPTIVE_TABLE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
+DEFAULT_ADAPTIVE_TABLE = {
+    "1": {"candidate_steps": [1, 3, 5, 7]},
+    "8": {"candidate_steps": [0, 1, 3]},
+    "32": {"candidate_steps": [0, 1]},
+    "64": {"candidate_steps": [0]},
+}

@@ -9,7 +9,9 @@ from sglang_emulator import model
 from sglang_emulator.profiles import PROFILES
 
 EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]
-SCALE = 0.05  # twenty times faster than the node; throughput is read in model time
+# Faster than the node, throughput read back in model time. C=1 steps are short, so its scale is
+# kept where a busy 2-core machine's scheduling jitter stays small against one step.
+SCALES = {1: 0.25, 70: 0.05}
 
 
 @pytest.mark.parametrize(
@@ -21,9 +23,10 @@ SCALE = 0.05  # twenty times faster than the node; throughput is read in model t
     ],
 )
 def test_default_profile_reproduces_the_seeds(emulator, flags, concurrency, seeds_tok_per_s):
-    emu = emulator("--tp-size", "8", "--enable-metrics", *flags, time_scale=SCALE)
+    scale = SCALES[concurrency]
+    emu = emulator("--tp-size", "8", "--enable-metrics", *flags, time_scale=scale)
     warmup = 2.5 if concurrency > 48 else 1.0
-    measured = closed_loop_throughput(emu.base_url, concurrency, warmup_s=warmup, window_s=4.0) * SCALE
+    measured = closed_loop_throughput(emu.base_url, concurrency, warmup_s=warmup, window_s=4.0) * scale
     assert measured == pytest.approx(seeds_tok_per_s, rel=0.05), emu.log()[-2000:]
     truth = analytic(emu.base_url, concurrency, 256, 256)["model_output_tok_per_s"]
     assert measured == pytest.approx(truth, rel=0.03)

@@ -1,0 +1,155 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The files bench_scripts ships: the controller's manifest and the node's check against it.
+
+Standard library only. One sha256 implementation for both sides: the manifest is computed on
+the controller (module bench_scripts_manifest, delegated to localhost) and every node file is
+compared with it (module bench_scripts_verify) on every run.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import tempfile
+
+SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git"}
+SKIP_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+TMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+class ScriptsError(Exception):
+    """A file list the role refuses; the text names the entry and the fix."""
+
+
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _relative(dest: str, index: int) -> str:
+    norm = os.path.normpath(dest)
+    if not dest or os.path.isabs(dest) or norm == ".." or norm.startswith("../"):
+        raise ScriptsError(
+            f"bench_scripts_files[{index}].dest {dest!r} must be a path relative to the node folder "
+            "(bench_scripts_dir), without '..'."
+        )
+    return norm
+
+
+def manifest(root: str, files: list[dict]) -> tuple[list[dict], list[str]]:
+    """(entries, skipped): one entry per file (src, dest, sha256, mode); folders are walked.
+
+    An entry marked ``optional`` whose source is absent is skipped and named in ``skipped``.
+    """
+    entries: list[dict] = []
+    skipped: list[str] = []
+    seen: dict[str, str] = {}
+    for index, item in enumerate(files):
+        if not isinstance(item, dict) or not item.get("src") or not item.get("dest"):
+            raise ScriptsError(
+                f"bench_scripts_files[{index}] must have src (relative to bench_scripts_source_root) and dest "
+                f"(relative to bench_scripts_dir), got {item!r}."
+            )
+        src = os.path.join(root, os.path.expanduser(str(item["src"])))
+        dest = _relative(str(item["dest"]), index)
+        mode = str(item.get("mode") or "0644")
+        if not os.path.exists(src):
+            if item.get("optional"):
+                skipped.append(f"{item['src']} (optional, absent on the controller)")
+                continue
+            raise ScriptsError(
+                f"bench_scripts_files[{index}].src {item['src']!r} does not exist on the controller (looked at "
+                f"{src}): fix the path or bench_scripts_source_root."
+            )
+        if os.path.isdir(src):
+            pairs = []
+            for folder, dirs, names in os.walk(src):
+                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+                for name in sorted(names):
+                    if name.endswith(SKIP_SUFFIXES):
+                        continue
+                    full = os.path.join(folder, name)
+                    pairs.append((full, os.path.normpath(os.path.join(dest, os.path.relpath(full, src)))))
+        else:
+            pairs = [(src, dest)]
+        for full, rel in pairs:
+            if rel in seen:
+                raise ScriptsError(f"two entries ship to {rel}: {seen[rel]} and {full}; give them different dests.")
+            seen[rel] = full
+            entries.append({"src": os.path.abspath(full), "dest": rel, "sha256": sha256(full), "mode": mode})
+    return entries, skipped
+
+
+def verify(folder: str, entries: list[dict]) -> dict:
+    """Compare the node folder with the manifest: ok, missing and differs (lists of dest)."""
+    result: dict = {"ok": [], "missing": [], "differs": []}
+    for entry in entries:
+        path = os.path.join(folder, entry["dest"])
+        if not os.path.isfile(path):
+            result["missing"].append(entry["dest"])
+            continue
+        try:
+            same = sha256(path) == entry["sha256"]
+        except OSError:
+            same = False
+        result["ok" if same else "differs"].append(entry["dest"])
+    return result
+
+
+def under_tmp(folder: str) -> bool:
+    real = os.path.realpath(folder)
+    return any(real == root or real.startswith(root + "/") for root in TMP_ROOTS)
+
+
+def bundle(entries: list[dict], folder: str | None = None) -> str:
+    """Write ``entries`` (from a manifest) to a tar file, members named by dest; its path.
+
+    One file moves over the connection instead of one transfer per file (pct_remote and SSH
+    round trips dominate otherwise). A source whose sha256 changed since the manifest fails.
+    """
+    fd, path = tempfile.mkstemp(prefix="specbench-scripts-", suffix=".tar", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+            for entry in entries:
+                with open(entry["src"], "rb") as fh:
+                    data = fh.read()
+                if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                    raise ScriptsError(f"{entry['src']} changed on the controller while shipping; run again.")
+                info = tarfile.TarInfo(entry["dest"])
+                info.size = len(data)
+                info.mode = int(str(entry.get("mode") or "0644"), 8)
+                tar.addfile(info, io.BytesIO(data))
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+def install(folder: str, bundle_path: str, entries: list[dict]) -> list[str]:
+    """Place every entry from the tar ``bundle_path`` under ``folder``, each checked by sha256
+    before it replaces the old file (written beside it, then renamed); returns the dests."""
+    placed = []
+    by_dest = {e["dest"]: e for e in entries}
+    with tarfile.open(bundle_path, mode="r") as tar:
+        members = {m.name: m for m in tar.getmembers() if m.isfile()}
+        for dest, entry in by_dest.items():
+            member = members.get(dest)
+            if member is None:
+                raise ScriptsError(f"the bundle lacks {dest}; run again.")
+            data = tar.extractfile(member).read()
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise ScriptsError(f"{dest} arrived with another sha256 than the controller's copy; run again.")
+            target = os.path.join(folder, dest)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = f"{target}.specbench-tmp"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, int(str(entry.get("mode") or "0644"), 8))
+            os.replace(tmp, target)
+            placed.append(dest)
+    return placed

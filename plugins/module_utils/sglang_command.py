@@ -1,0 +1,398 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Render one SGLang launch command from the role's data, refusing unfair comparisons.
+
+Standard library only: it runs inside the sglang_command module on the managed node, and the
+tests import it directly.
+
+The inputs are data from the sglang_server role (roles/sglang_server/vars/main.yml):
+
+* ``modes``: ``{name: {"flags": {"--flag": value, ...}, "required": {"--flag": "variable"}}}``
+  where a value of ``True`` renders the bare flag, ``None``/``False``/``""`` leaves it out, and
+  a list renders the flag followed by every item.
+* ``settings``: the capacity settings every mode shares (fairness), each
+  ``{"name", "flag", "aliases", "variable", "kind", "value", "why"}``; ``kind`` is
+  ``fraction`` (0 < x < 1), ``count`` (an integer >= 1) or ``count_or_off`` (>= 1, or -1).
+
+Every problem is a :class:`CommandError` whose text names the setting or flag and the fix.
+"""
+from __future__ import annotations
+
+import os
+
+SGLANG_ENTRY = ("-m", "sglang.launch_server")
+ENGINES = ("emulator", "sglang")
+KINDS = ("fraction", "count", "count_or_off")
+# Flags the role renders itself from dedicated variables; extra args must not repeat them.
+BASE_FLAGS = {
+    "--model-path": "sglang_server_model_path",
+    "--model": "sglang_server_model_path",
+    "--served-model-name": "sglang_server_served_model_name",
+    "--host": "sglang_server_host",
+    "--port": "sglang_server_port",
+}
+
+
+class CommandError(Exception):
+    """A launch the role refuses to render; the text names the problem and the fix."""
+
+
+def flag_name(token: str) -> str | None:
+    """``--flag`` for a token that is a long option (``--flag`` or ``--flag=value``), else None."""
+    if not isinstance(token, str) or not token.startswith("--") or token == "--":
+        return None
+    return token.split("=", 1)[0]
+
+
+def flags_in(args: list) -> list[str]:
+    """The long options among ``args``, in order."""
+    return [f for f in (flag_name(a) for a in args) if f]
+
+
+def _matches(token_flag: str, flag: str) -> bool:
+    """True when argparse would read ``token_flag`` as ``flag`` (exact, or an abbreviation)."""
+    return token_flag == flag or (len(token_flag) > 3 and flag.startswith(token_flag))
+
+
+def capacity_setting_of(flag: str, settings: list[dict]) -> dict | None:
+    """The capacity setting a flag (or its argparse abbreviation) sets, if any."""
+    for setting in settings:
+        for known in [setting["flag"], *setting.get("aliases", [])]:
+            if _matches(flag, known):
+                return setting
+    return None
+
+
+def render_value(flag: str, value) -> list[str]:
+    """Argv items for one flag: bare for True, nothing for None/False/'', repeated for lists.
+
+    A value starting with ``~`` is expanded on the node, as a shell would.
+    """
+    if value is None or value is False or value == "":
+        return []
+    if value is True:
+        return [flag]
+    if isinstance(value, (list, tuple)):
+        return [flag, *[_text(v) for v in value]] if value else []
+    return [flag, _text(value)]
+
+
+def _text(value) -> str:
+    text = str(value)
+    return os.path.expanduser(text) if text.startswith("~") else text
+
+
+def _number(setting: dict, value):
+    """The setting's value checked against its kind; CommandError naming the variable."""
+    name, var, kind = setting["name"], setting["variable"], setting.get("kind", "count")
+    if kind not in KINDS:
+        raise CommandError(f"capacity setting {name} has kind {kind!r}; use one of {', '.join(KINDS)}.")
+    if value is None or value == "":
+        why = f" {setting['why']}" if setting.get("why") else ""
+        raise CommandError(
+            f"{var} is not set: {setting['flag']} ({name}) changes capacity, so every mode renders it "
+            f"explicitly with the same value.{why} Set {var} (for example in group_vars or with -e)."
+        )
+    if isinstance(value, bool):
+        raise CommandError(f"{var} must be a number, not {value!r}.")
+    try:
+        number = float(value) if kind == "fraction" else int(str(value))
+    except (TypeError, ValueError):
+        expected = "a fraction between 0 and 1" if kind == "fraction" else "an integer"
+        raise CommandError(f"{var} must be {expected}, got {value!r}.") from None
+    if kind == "fraction" and not 0 < number < 1:
+        raise CommandError(f"{var} must be between 0 and 1 (exclusive), got {value!r}.")
+    if kind == "count" and number < 1:
+        raise CommandError(f"{var} must be a positive integer, got {value!r}.")
+    if kind == "count_or_off" and number < 1 and number != -1:
+        raise CommandError(f"{var} must be a positive integer, or -1 to turn it off, got {value!r}.")
+    return number
+
+
+def _check_extra(args, source: str, settings: list[dict], mode: str, allow_speculative: bool) -> None:
+    """Refuse extra arguments that set a capacity setting or a flag the role renders."""
+    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
+        raise CommandError(f"{source} must be a list of strings (argv items such as ['--attention-backend', 'fa3']).")
+    for flag in flags_in(args):
+        setting = capacity_setting_of(flag, settings)
+        if setting:
+            raise CommandError(
+                f"{source} sets {flag}, the capacity setting {setting['name']} that every mode shares (fairness). "
+                f"Set {setting['variable']} for all modes, or override it for one mode by name with "
+                f"sglang_server_mode_overrides: {{'{mode}': {{'{setting['name']}': VALUE}}}} "
+                "(recorded in the results as a confounder)."
+            )
+        for base, var in BASE_FLAGS.items():
+            if _matches(flag, base):
+                raise CommandError(f"{source} sets {flag}, which the role renders itself: set {var} instead.")
+        if flag.startswith("--speculative") and not allow_speculative:
+            raise CommandError(
+                f"{source} sets {flag}, a speculative-decoding flag, for every mode (baseline included). "
+                "Speculative flags belong to a mode: put it in sglang_server_mode_extra_args under the mode's "
+                "name, or define a mode in sglang_server_extra_modes."
+            )
+
+
+ADAPTIVE_KNOBS = ("ema_alpha", "update_interval", "warmup_batches", "up_hysteresis", "down_hysteresis",
+                  "ceiling_coeff")
+
+
+# SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG rows (batch size -> candidate steps).
+DEFAULT_ADAPTIVE_STEPS = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
+
+
+def check_adaptive_steps(cfg: dict | None, steps) -> None:
+    """SGLang refuses a starting --speculative-num-steps outside the table's candidate steps."""
+    rows = {k: v.get("candidate_steps", []) for k, v in (cfg or {}).items() if str(k).isdigit() and isinstance(v, dict)}
+    candidates = sorted({s for row in (rows or DEFAULT_ADAPTIVE_STEPS).values() for s in row})
+    try:
+        value = int(steps)
+    except (TypeError, ValueError):
+        value = None
+    if value not in candidates:
+        raise CommandError(
+            f"sglang_server_adaptive_num_steps is {steps!r}: SGLang needs one of the adaptive table's candidate steps "
+            f"{candidates} (3 is its own pick for the default table)."
+        )
+
+
+def check_adaptive_config(cfg) -> None:
+    """SGLang's --speculative-adaptive-config rules (srt/speculative/adaptive_spec_params.py).
+
+    A JSON object: batch-size keys (digit strings) map to ``{"candidate_steps": [int >= 0, ...]}``
+    plus optional per-row knobs; other keys are knobs shared by every row. A batch is routed to
+    the row with the largest key not above it (the smallest row below that).
+    """
+    example = '{"1": {"candidate_steps": [1, 3, 5]}, "32": {"candidate_steps": [0, 1]}, "64": {"candidate_steps": [0]}}'
+    if not isinstance(cfg, dict):
+        raise CommandError(f"sglang_server_adaptive_config must be a mapping like {example}.")
+    rows = 0
+    for raw_key, entry in cfg.items():
+        key = str(raw_key)
+        if not key.isdigit():
+            if key not in ADAPTIVE_KNOBS:
+                raise CommandError(
+                    f"sglang_server_adaptive_config has key {key!r}: keys are batch sizes (\"1\", \"32\", ...) or "
+                    f"the shared knobs {', '.join(ADAPTIVE_KNOBS)}."
+                )
+            continue
+        steps = entry.get("candidate_steps") if isinstance(entry, dict) else None
+        if (not isinstance(steps, list) or not steps
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in steps)):
+            raise CommandError(
+                f"sglang_server_adaptive_config[{key!r}] must be {{\"candidate_steps\": [non-negative integers]}} "
+                f"(0 is plain decoding), got {entry!r}; for example {example}."
+            )
+        rows += 1
+    if not rows:
+        raise CommandError(f"sglang_server_adaptive_config needs at least one batch-size row, e.g. {example}.")
+
+
+def emulator_flags(emu: dict) -> list[str]:
+    """The emulator's own flags: device folder, profile, time scale, load time, faults, extras.
+
+    ``emu`` keys: device_dir, profile, time_scale, load_seconds, faults (list), args (list of
+    further ``--emulator-*`` items).
+    """
+    argv: list[str] = []
+    if emu.get("device_dir"):
+        argv += ["--emulator-device-dir", os.path.expanduser(str(emu["device_dir"]))]
+    if emu.get("profile"):
+        argv += ["--emulator-profile", str(emu["profile"])]
+    for key, flag in (("time_scale", "--emulator-time-scale"), ("load_seconds", "--emulator-load-seconds")):
+        value = emu.get(key)
+        if value not in (None, ""):
+            try:
+                if float(value) < 0 or (key == "time_scale" and float(value) == 0):
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise CommandError(f"sglang_server_emulator_{key} must be a positive number, got {value!r}.") from None
+            argv += [flag, str(value)]
+    faults = emu.get("faults") or []
+    if not isinstance(faults, list):
+        raise CommandError(f"sglang_server_emulator_faults must be a list (e.g. ['fail-start']), got {faults!r}.")
+    for fault in faults:
+        argv += ["--emulator-fault", str(fault)]
+    extra = [str(a) for a in (emu.get("args") or [])]
+    for flag in flags_in(extra):
+        if not flag.startswith("--emulator-"):
+            raise CommandError(
+                f"sglang_server_emulator_args has {flag}: only --emulator-* flags go there; SGLang flags go in "
+                "sglang_server_extra_args so that both engines get them."
+            )
+    return argv + extra
+
+
+def render(params: dict) -> dict:
+    """The launch command and what it records, from the role's data; CommandError when refused.
+
+    ``params`` keys: engine, mode, modes, settings, mode_overrides, extra_args, mode_extra_args,
+    model_path, served_model_name, host, port, python, emulator_python, emulator_path,
+    emulator (see :func:`emulator_flags`) and adaptive_config (see :func:`check_adaptive_config`).
+    """
+    engine = params.get("engine")
+    if engine not in ENGINES:
+        raise CommandError(
+            f"engine {engine!r} launches nothing here: use engine=emulator or engine=sglang "
+            "(engine=external benchmarks a running server and skips this role)."
+        )
+    modes = params.get("modes") or {}
+    mode = params.get("mode")
+    if mode in (None, ""):
+        raise CommandError(f"mode is not set: pass -e mode=<one of {', '.join(modes)}>.")
+    if mode not in modes:
+        raise CommandError(f"mode {mode!r} is not a serving mode: valid modes are {', '.join(modes)}.")
+    spec = modes[mode] or {}
+    if not isinstance(spec, dict) or not isinstance(spec.get("flags", {}) or {}, dict):
+        raise CommandError(f"mode {mode} must be a mapping with 'flags' (flag: value), got {spec!r}.")
+    settings = params.get("settings") or []
+    names = [s["name"] for s in settings]
+
+    # Per-mode overrides: asked for by name, recorded as confounders.
+    overrides_all = params.get("mode_overrides") or {}
+    if not isinstance(overrides_all, dict):
+        raise CommandError("sglang_server_mode_overrides must map a mode to {setting: value}.")
+    for name, block in overrides_all.items():
+        if name not in modes:
+            raise CommandError(
+                f"sglang_server_mode_overrides names mode {name!r}, which does not exist: valid modes are "
+                f"{', '.join(modes)}."
+            )
+        if not isinstance(block, dict):
+            raise CommandError(f"sglang_server_mode_overrides['{name}'] must map a setting name to a value.")
+        for key in block:
+            if key not in names:
+                raise CommandError(
+                    f"sglang_server_mode_overrides['{name}'] overrides {key!r}, which is not a capacity setting: "
+                    f"valid names are {', '.join(names)}."
+                )
+    overrides = overrides_all.get(mode) or {}
+
+    confounders: list[str] = []
+    effective: dict = {}
+    capacity_argv: list[str] = []
+    origins: dict[str, str] = {}
+    for setting in settings:
+        shared = _number(setting, setting.get("value"))
+        value = shared
+        if setting["name"] in overrides:
+            value = _number({**setting, "variable": f"sglang_server_mode_overrides['{mode}']['{setting['name']}']"},
+                            overrides[setting["name"]])
+            if value != shared:
+                confounders.append(
+                    f"mode {mode} overrides {setting['name']} ({setting['flag']}): {value} instead of the {shared} "
+                    "every other mode uses (sglang_server_mode_overrides); this setting differs between the "
+                    "compared runs"
+                )
+        effective[setting["name"]] = value
+        capacity_argv += [setting["flag"], str(value)]
+        origins[setting["flag"]] = setting["variable"]
+
+    # The mode's own flags: never a capacity setting.
+    mode_flags = spec.get("flags") or {}
+    mode_argv: list[str] = []
+    for flag, value in mode_flags.items():
+        if flag_name(flag) != flag:
+            raise CommandError(f"mode {mode} has flag {flag!r}: flags are written --name (without =value).")
+        setting = capacity_setting_of(flag, settings)
+        if setting:
+            raise CommandError(
+                f"mode {mode} sets {flag} ({setting['name']}) in its flags: capacity settings are shared by every "
+                f"mode. Remove it from the mode and set {setting['variable']}, or override it by name with "
+                f"sglang_server_mode_overrides: {{'{mode}': {{'{setting['name']}': VALUE}}}}."
+            )
+        mode_argv += render_value(flag, value)
+        origins[flag] = f"mode {mode}"
+    if mode_flags.get("--speculative-adaptive"):
+        if params.get("adaptive_config"):
+            check_adaptive_config(params["adaptive_config"])
+        if mode_flags.get("--speculative-num-steps") not in (None, ""):
+            check_adaptive_steps(params.get("adaptive_config"), mode_flags["--speculative-num-steps"])
+    for flag, var in (spec.get("required") or {}).items():
+        if mode_flags.get(flag) in (None, "", False):
+            raise CommandError(f"mode {mode} needs {flag}: set {var}.")
+
+    mode_extra = (params.get("mode_extra_args") or {})
+    if not isinstance(mode_extra, dict):
+        raise CommandError("sglang_server_mode_extra_args must map a mode to a list of argv items.")
+    for name in mode_extra:
+        if name not in modes:
+            raise CommandError(
+                f"sglang_server_mode_extra_args names mode {name!r}, which does not exist: valid modes are "
+                f"{', '.join(modes)}."
+            )
+    own_extra = [str(a) for a in (mode_extra.get(mode) or [])]
+    _check_extra(own_extra, f"sglang_server_mode_extra_args['{mode}']", settings, mode, allow_speculative=True)
+    if own_extra:
+        confounders.append(f"mode {mode} adds its own arguments: {' '.join(own_extra)} (sglang_server_mode_extra_args)")
+    for flag in flags_in(own_extra):
+        origins[flag] = f"sglang_server_mode_extra_args['{mode}']"
+    extra = params.get("extra_args") or []
+    _check_extra(extra, "sglang_server_extra_args", settings, mode, allow_speculative=False)
+    extra = [str(a) for a in extra]
+    for flag in flags_in(extra):
+        origins[flag] = "sglang_server_extra_args"
+
+    model_path = params.get("model_path")
+    if not model_path:
+        raise CommandError("sglang_server_model_path is not set: the model to serve (a folder or a hub name).")
+    host = params.get("host") or "127.0.0.1"
+    port = params.get("port")
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        raise CommandError(f"sglang_server_port must be a TCP port number, got {port!r}.") from None
+    if not 0 < port < 65536:
+        raise CommandError(f"sglang_server_port must be between 1 and 65535, got {port}.")
+    base_argv = ["--model-path", str(model_path)]
+    if params.get("served_model_name"):
+        base_argv += ["--served-model-name", str(params["served_model_name"])]
+    base_argv += ["--host", str(host), "--port", str(port)]
+    for flag, var in (("--model-path", "sglang_server_model_path"), ("--served-model-name",
+                      "sglang_server_served_model_name"), ("--host", "sglang_server_host"),
+                      ("--port", "sglang_server_port")):
+        origins[flag] = var
+
+    emulator_argv: list[str] = []
+    if engine == "sglang":
+        python = params.get("python") or "python3"
+        entry = [str(python), *SGLANG_ENTRY]
+    else:
+        emulator_path = params.get("emulator_path")
+        if not emulator_path:
+            raise CommandError("sglang_server_emulator_path is not set: the emulator folder on the node.")
+        entry = [str(params.get("emulator_python") or "python3"), os.path.expanduser(str(emulator_path))]
+        emulator_argv = emulator_flags(params.get("emulator") or {})
+        for flag in flags_in(emulator_argv):
+            origins.setdefault(flag, "sglang_server_emulator_args")
+
+    argv = [*base_argv, *capacity_argv, *mode_argv, *own_extra, *extra, *emulator_argv]
+    return {
+        "argv": [*entry, *argv],
+        "entry": entry,
+        "args": argv,
+        "mode": mode,
+        "engine": engine,
+        "host": str(host),
+        "port": port,
+        "settings": effective,
+        "mode_flags": mode_argv,
+        "confounders": confounders,
+        "origins": origins,
+    }
+
+
+def connect_host(host: str) -> str:
+    """Where a client on the node connects for a server bound to ``host`` (loopback for wildcards)."""
+    if host in ("", "0.0.0.0", "*"):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "::1"
+    return host
+
+
+def base_url(host: str, port: int) -> str:
+    target = connect_host(host)
+    if ":" in target and not target.startswith("["):
+        target = f"[{target}]"
+    return f"http://{target}:{port}"

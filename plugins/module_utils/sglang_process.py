@@ -1,0 +1,341 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Start an SGLang server detached and wait until it serves; standard library only.
+
+* :func:`port_holder` names the process listening on a port (pid, name, command line).
+* :func:`launch` starts the server in its own session and process group, or as a transient
+  systemd unit where systemd runs, logging to a file, and never holding the caller's pipes.
+* :func:`wait_ready` polls /health_generate (then /health, /v1/models) until a deadline and
+  fails at once, with the log's tail, when the server exits first.
+* The state file (JSON) records pid, starttime, pgid and unit so that a separate teardown run
+  signals exactly this server's process group.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible_collections.specbench.core.plugins.module_utils import proc_table
+
+LISTEN = "0A"
+PROBES = ("/health_generate", "/health", "/v1/models")
+
+
+class LaunchError(Exception):
+    """The server could not be started or did not become ready; the text says why and what to do."""
+
+
+# ---------------------------------------------------------------- who holds a port
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as fh:
+                lines = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10:
+                continue
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == LISTEN and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def port_holder(port: int) -> list[dict]:
+    """Processes holding a listening socket on ``port`` (any address): pid, name, cmdline."""
+    sockets = [f"socket:[{inode}]" for inode in _listening_inodes(port)]
+    found = []
+    for pid in sorted(proc_table.holders(sockets)):
+        info = proc_table.read_proc(pid)
+        if info is not None:
+            found.append({"pid": pid, "name": info.comm, "cmdline": info.command})
+    return found
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when a server could not bind host:port now (someone listens there or on a wildcard)."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise LaunchError(f"sglang_server_host {host!r} does not resolve on this node: {exc}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            if exc.errno == errno.EADDRNOTAVAIL:
+                raise LaunchError(f"sglang_server_host {host!r} is not an address of this node.") from None
+            raise
+    return False
+
+
+def check_port(host: str, port: int) -> None:
+    """LaunchError naming the holder (name and pid) when host:port is taken."""
+    if not port_in_use(host, port):
+        return
+    holders = port_holder(port)
+    if holders:
+        who = "; ".join(f"pid {h['pid']} ({h['name']}: {h['cmdline'][:200]})" for h in holders)
+    else:
+        who = "a process this user cannot see (another user, container or network namespace)"
+    raise LaunchError(
+        f"port {port} on {host} is already in use by {who}. Stop it, or pick a free port with "
+        "sglang_server_port."
+    )
+
+
+# ---------------------------------------------------------------- state file
+
+
+def read_state(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def write_state(path: str, data: dict) -> None:
+    """Write the JSON record atomically (a reader never sees half a file)."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def recorded_alive(state: dict | None) -> bool:
+    """The recorded server (same pid and starttime) still runs."""
+    if not state or not state.get("pid"):
+        return False
+    try:
+        return proc_table.alive(int(state["pid"]), state.get("starttime"))
+    except (TypeError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- launching
+
+
+def systemd_available() -> bool:
+    return os.path.isdir("/run/systemd/system") and shutil.which("systemd-run") is not None and os.geteuid() == 0
+
+
+def choose_launcher(launcher: str) -> str:
+    if launcher == "auto":
+        return "systemd" if systemd_available() else "session"
+    if launcher == "systemd" and not systemd_available():
+        raise LaunchError(
+            "sglang_server_launcher is systemd, but systemd does not run here as the system manager (or this is "
+            "not root): use sglang_server_launcher: session (or auto)."
+        )
+    return launcher
+
+
+def systemd_run_argv(unit: str, argv: list[str], log_path: str, chdir: str, env: dict) -> list[str]:
+    """The systemd-run command for a transient service running ``argv`` logging to ``log_path``."""
+    cmd = [
+        "systemd-run", f"--unit={unit}", "--collect", "--quiet", "--service-type=exec",
+        "--property=KillMode=control-group",
+        f"--property=StandardOutput=append:{log_path}",
+        f"--property=StandardError=append:{log_path}",
+        f"--property=WorkingDirectory={chdir}",
+    ]
+    cmd += [f"--setenv={k}={v}" for k, v in sorted(env.items())]
+    return [*cmd, "--", *argv]
+
+
+def _systemctl_show(unit: str, props: tuple[str, ...]) -> dict:
+    proc = subprocess.run(
+        ["systemctl", "show", unit, *[f"--property={p}" for p in props]],
+        capture_output=True, text=True, check=False,
+    )
+    values = {}
+    for line in proc.stdout.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            values[key] = value
+    return values
+
+
+def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str, env: dict) -> dict:
+    """Start ``argv`` detached; return pid, pgid, starttime, unit, launcher, log_offset."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    os.makedirs(chdir, exist_ok=True)
+    offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+    header = f"==== specbench: launching at {time.strftime('%Y-%m-%dT%H:%M:%S%z')}: {json.dumps(argv)}\n"
+    with open(log_path, "ab") as log:
+        log.write(header.encode())
+    offset += len(header.encode())
+    kind = choose_launcher(launcher)
+    if kind == "systemd":
+        subprocess.run(["systemctl", "reset-failed", unit], capture_output=True, check=False)
+        # A system unit starts with an empty environment: keep the module's PATH and HOME (the
+        # Hugging Face cache lives under HOME) as a session launch would, then the extras.
+        unit_env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
+        unit_env.update({k: str(v) for k, v in env.items()})
+        proc = subprocess.run(systemd_run_argv(unit, argv, log_path, chdir, unit_env), capture_output=True,
+                              text=True, check=False)
+        if proc.returncode != 0:
+            raise LaunchError(f"systemd-run could not start unit {unit}: {proc.stderr.strip() or proc.stdout.strip()}")
+        pid = 0
+        for _ in range(100):
+            shown = _systemctl_show(unit, ("MainPID", "ActiveState"))
+            pid = int(shown.get("MainPID") or 0)
+            if pid or shown.get("ActiveState") in ("failed", "inactive"):
+                break
+            time.sleep(0.05)
+        pgid = os.getpgid(pid) if pid else None
+        return {"pid": pid or None, "pgid": pgid, "starttime": proc_table.starttime(pid) if pid else None,
+                "unit": unit, "launcher": kind, "log_offset": offset}
+    full_env = dict(os.environ)
+    full_env.update({k: str(v) for k, v in env.items()})
+    with open(log_path, "ab") as log:
+        try:
+            child = subprocess.Popen(  # noqa: S603 - argv list, no shell
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=chdir, env=full_env,
+                start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            raise LaunchError(f"cannot start {argv[0]}: {exc.strerror or exc}") from None
+    start = proc_table.starttime(child.pid)
+    try:
+        pgid = os.getpgid(child.pid)
+    except ProcessLookupError:
+        pgid = child.pid  # start_new_session: the child leads its own group
+    # The child is deliberately never waited for: it outlives this module. Marking it done keeps
+    # Popen's finaliser from queueing it for reaping (and from warning that it still runs).
+    child.returncode = 0
+    return {"pid": child.pid, "pgid": pgid, "starttime": start, "unit": None, "launcher": kind,
+            "log_offset": offset}
+
+
+# ---------------------------------------------------------------- readiness
+
+
+def log_tail(path: str, offset: int = 0, lines: int = 40) -> str:
+    """The last ``lines`` lines of the log written since ``offset``."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, offset))
+            data = fh.read()
+    except OSError as exc:
+        return f"(log {path} unreadable: {exc})"
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    return "\n".join(text.splitlines()[-lines:]) if text else "(the log is empty)"
+
+
+def exited(pid: int | None, starttime: int | None, unit: str | None) -> str | None:
+    """Why the server is gone (text), or None while it runs."""
+    if unit:
+        shown = _systemctl_show(unit, ("ActiveState", "SubState", "Result", "ExecMainStatus", "MainPID"))
+        state = shown.get("ActiveState")
+        if state in ("failed", "inactive") or (state is None and shown == {}):
+            return (f"unit {unit} is {state or 'gone'} (result {shown.get('Result', '?')}, exit status "
+                    f"{shown.get('ExecMainStatus', '?')})")
+    if pid and not proc_table.alive(int(pid), starttime):
+        return f"process {pid} exited"
+    return None
+
+
+def http_get(url: str, timeout: float = 10) -> tuple[int | None, bytes]:
+    """(status, body); status None when nothing answers."""
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - http to the node's server
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+    except (OSError, ValueError):
+        return None, b""
+
+
+def wait_ready(base_url: str, pid: int | None, starttime: int | None, unit: str | None, log_path: str,
+               log_offset: int, timeout: float, interval: float = 0.5, tail_lines: int = 40,
+               probes: tuple[str, ...] = PROBES) -> dict:
+    """Poll until a probe answers 200; LaunchError with the log tail on exit or deadline."""
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    order = list(probes)
+    index = 0
+    last = "no answer yet"
+    while True:
+        gone = exited(pid, starttime, unit)
+        if gone:
+            raise LaunchError(
+                f"the server exited during startup ({gone}) before {base_url} became ready. Last lines of "
+                f"{log_path}:\n{log_tail(log_path, log_offset, tail_lines)}"
+            )
+        path = order[index]
+        status, _ = http_get(base_url + path, timeout=max(1.0, min(25.0, deadline - time.monotonic())))
+        if status == 200:
+            return {"probe": path, "elapsed_s": round(time.monotonic() - started, 3)}
+        if status in (404, 405) and index < len(order) - 1:
+            index += 1  # this server has no such endpoint: fall back to the next probe
+            continue
+        last = f"{path} answered {status}" if status else f"{path}: nothing listening yet"
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                f"the server at {base_url} was not ready within {timeout:.0f}s ({last}); it still runs (pid "
+                f"{pid}). Raise sglang_server_ready_timeout for a slow model load. Last lines of {log_path}:\n"
+                f"{log_tail(log_path, log_offset, tail_lines)}"
+            )
+        time.sleep(interval)
+
+
+def server_info(base_url: str) -> tuple[dict, list[str]]:
+    """GET /get_server_info (or /server_info) and /v1/models; (info, warnings)."""
+    warnings = []
+    info: dict = {}
+    for path in ("/get_server_info", "/server_info"):
+        status, body = http_get(base_url + path)
+        if status == 200:
+            try:
+                info = json.loads(body)
+            except ValueError:
+                warnings.append(f"{path} did not return JSON")
+            break
+    else:
+        warnings.append(f"{base_url} has neither /get_server_info nor /server_info: version and arguments unknown")
+    status, body = http_get(base_url + "/v1/models")
+    models = []
+    if status == 200:
+        try:
+            models = [m.get("id") for m in json.loads(body).get("data", [])]
+        except (ValueError, AttributeError):
+            warnings.append("/v1/models did not return the OpenAI list shape")
+    return {"server_info": info, "models": models}, warnings
+
+
+def resolved_differences(info: dict, expected: dict) -> list[str]:
+    """Confounders: capacity settings the server resolved differently from what was rendered."""
+    found = []
+    for key, want in expected.items():
+        if key not in info or want is None:
+            continue
+        got = info[key]
+        try:
+            same = float(got) == float(want)
+        except (TypeError, ValueError):
+            same = str(got) == str(want)
+        if not same:
+            found.append(f"the server resolved {key} to {got!r}, not the {want!r} rendered on its command line")
+    return found

@@ -1,0 +1,113 @@
+#!/usr/bin/python
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bench_scripts_manifest
+short_description: List the files bench_scripts ships, with their sha256, on the controller
+version_added: "0.1.0"
+description:
+  - Expands the file list (files and folders, relative to I(root)) into one entry per file with
+    its source path, its destination relative to the node folder, its sha256 and its mode.
+  - Run it on the controller (C(delegate_to) localhost); M(specbench.core.bench_scripts_verify)
+    compares a node with the result.
+  - Folders are walked recursively, leaving out C(__pycache__) and compiled files.
+author:
+  - specbench contributors
+options:
+  root:
+    description: The folder the C(src) paths are relative to (the collection root).
+    type: path
+    required: true
+  files:
+    description:
+      - Entries with C(src) (file or folder under I(root)), C(dest) (relative to the node folder),
+        C(mode) (default C(0644)) and C(optional) (skip, and say so, when the source is absent).
+    type: list
+    elements: dict
+    required: true
+  bundle:
+    description:
+      - Manifest entries (as returned, e.g. M(specbench.core.bench_scripts_verify)'s C(to_copy)) to write to
+        a tar file in the controller's temporary folder (members named by C(dest)), returned as
+        C(bundle), for M(specbench.core.bench_scripts_install). A source whose sha256 changed since fails.
+        The caller removes the file.
+    type: list
+    elements: dict
+attributes:
+  check_mode:
+    support: full
+    description: Read-only, but for the temporary bundle, which is written in check mode too.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+seealso:
+  - module: specbench.core.bench_scripts_verify
+"""
+
+EXAMPLES = r"""
+- name: List what ships, with checksums
+  specbench.core.bench_scripts_manifest:
+    root: "{{ playbook_dir }}"
+    files:
+      - {src: plugins/module_utils/specbench_client.py, dest: bin/specbench_client.py, mode: "0755"}
+      - {src: files/sglang_emulator, dest: sglang_emulator}
+  delegate_to: localhost
+  run_once: true
+  register: manifest
+"""
+
+RETURN = r"""
+manifest:
+  description: One entry per file.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - src: /srv/specbench/files/sglang_emulator/cli.py
+      dest: sglang_emulator/cli.py
+      sha256: 9f2c1e0d6b6a4f3e2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f
+      mode: "0644"
+bundle:
+  description: The tar file written for I(bundle) (on the controller).
+  returned: when I(bundle) is given
+  type: str
+skipped:
+  description: Optional entries whose source is absent on the controller.
+  returned: success
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import ScriptsError, bundle, manifest
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "files": {"type": "list", "elements": "dict", "required": True},
+            "bundle": {"type": "list", "elements": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        entries, skipped = manifest(module.params["root"], module.params["files"])
+        extra = {}
+        if module.params["bundle"] is not None:
+            extra["bundle"] = bundle(module.params["bundle"])
+    except ScriptsError as exc:
+        module.fail_json(msg=str(exc))
+    except OSError as exc:
+        module.fail_json(msg=f"cannot read a file to ship: {exc}")
+    for item in skipped:
+        module.warn(f"not shipped: {item}")
+    module.exit_json(changed=False, manifest=entries, skipped=skipped, **extra)
+
+
+if __name__ == "__main__":
+    main()
