@@ -53,10 +53,12 @@ def main(argv: list[str]) -> int:
 
     held = []
     device_dir = cfg["device_dir"]
-    for node in ("nvidiactl", "nvidia-uvm", f"nvidia{cfg['gpu']}"):
-        held.append(os.open(os.path.join(device_dir, node), os.O_RDWR))
+    if device_dir:  # no device folder: no emulated GPUs, only the process tree
+        for node in ("nvidiactl", "nvidia-uvm", f"nvidia{cfg['gpu']}"):
+            held.append(os.open(os.path.join(device_dir, node), os.O_RDWR))
     time.sleep(cfg["load_seconds"])
-    record_path = gpus.write_record(device_dir, name, {cfg["gpu"]: cfg["memory_mib"]})
+    if device_dir:
+        record_path = gpus.write_record(device_dir, name, {cfg["gpu"]: cfg["memory_mib"]})
     try:
         sys.stdout.write("READY\n")
         sys.stdout.flush()

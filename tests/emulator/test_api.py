@@ -247,3 +247,48 @@ def test_startup_log_reads_like_sglangs(emulator):
     assert "The server is fired up and ready to roll!" in log
     assert "server_args=ServerArgs(" in log
     assert "TP0] Decode batch, #running-req: 1," in log and "gen throughput (token/s):" in log
+
+
+def test_runs_without_emulated_gpus(tmp_path):
+    import os
+    import signal
+
+    from conftest import free_port
+
+    port = free_port()
+    log = tmp_path / "emu.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(EMULATOR),
+                "--model-path",
+                "m",
+                "--port",
+                str(port),
+                *LLAMA,
+                "--tp-size",
+                "2",
+                "--emulator-time-scale",
+                "0.1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if http("GET", f"http://127.0.0.1:{port}/health_generate", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.05)
+        body = {"text": "a b", "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}}
+        assert http("POST", f"http://127.0.0.1:{port}/generate", body)[0] == 200
+        assert "Traceback" not in log.read_text()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -1,0 +1,230 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action bench_sweep: run the concurrency sweep from the controller.
+
+The module of the same name measures on the managed node, next to the server. This plugin
+calls it once to read what the server says about itself, then once per level, in order;
+after each level it prints one progress line and rewrites the results file on the
+controller, so a crash at C=250 loses nothing measured at C=1..100. At the end it returns
+the levels as the fact ``specbench_sweep``.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
+    DEFAULTS,
+    SettingsError,
+    describe_plan,
+    format_level_line,
+    load_prompts,
+    normalize_settings,
+    public_settings,
+    redact,
+    write_json_atomic,
+)
+
+MODULE = "specbench.core.bench_sweep"
+SETTINGS = tuple(k for k in DEFAULTS if k != "prompts") + ("prompts_file",)
+OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only")
+MODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+RESULTS_SCHEMA = "specbench.bench_sweep/1"
+
+
+def role_label(key: str) -> str:
+    """The variable a person sets for ``key`` (bench_window_s, base_url...)."""
+    return "base_url" if key == "base_url" else f"bench_{key}"
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def check_mode_name(mode) -> str:
+    if not isinstance(mode, str) or not mode.strip():
+        raise SettingsError("mode is not set: give the serving mode the results are filed under, e.g. "
+                            "-e mode=baseline (or eagle3, eagle, nextn, ngram, standalone, eagle3-adaptive)")
+    if not MODE_RE.match(mode):
+        raise SettingsError(f"mode {mode!r} cannot name a results file: use letters, digits, '.', '_' and '-', "
+                            "e.g. baseline or eagle3")
+    return mode
+
+
+def check_results_file(path) -> str:
+    if not isinstance(path, str) or not path.strip():
+        raise SettingsError("results_file is not set (the role bench_sweep sets it from specbench_results_dir, "
+                            "specbench_run_id, the host and the mode)")
+    folder = os.path.dirname(os.path.abspath(path))
+    probe = folder
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+        raise SettingsError(f"the results folder {folder} cannot be created or written ({probe} is not a writable "
+                            "folder): set results_dir to a folder you can write")
+    return path
+
+
+def empty_level(concurrency: int, error: str) -> dict:
+    """A level that could not be measured at all, with the same fields as a measured one."""
+    return {"concurrency": concurrency, "error": error, "warnings": [], "output_tok_per_s": None,
+            "output_tok_per_s_ci95": None, "output_tok_per_s_whole_run": None, "request_per_s": None,
+            "requests_ok": 0, "requests_failed": 0, "failures_by_kind": {}, "ttft_ms": None, "itl_ms": None,
+            "tpot_ms": None, "e2e_ms": None, "decode_tok_per_s_per_stream": None, "accept_length": None,
+            "server_running": None, "server_queued": None, "client": None}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(SETTINGS + OWN)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        args = dict(self._task.args)
+        raw = {k: args[k] for k in SETTINGS if k in args}
+        validate_only = bool(args.get("validate_only", False))
+        host = task_vars.get("inventory_hostname", "localhost")
+        try:
+            if raw.get("prompts_file"):
+                raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"))
+            settings = normalize_settings(raw, label=role_label, check_prompts_file=False)
+            mode = check_mode_name(args.get("mode"))
+            if args.get("results_file") or not validate_only:
+                results_file = check_results_file(args.get("results_file"))
+            if not validate_only and not self._task.check_mode and not settings["base_url"]:
+                raise SettingsError("base_url is not set: give the server's address, e.g. http://127.0.0.1:30000 "
+                                    "(engine=external), or launch the server first (it sets specbench_server)")
+        except SettingsError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        public = public_settings(settings)
+        if validate_only:
+            result.update(changed=False, settings=public,
+                          msg=f"sweep settings are valid: levels {settings['concurrency']}, {settings['api']} API, "
+                              f"{settings['input_len']} in / {settings['output_len']} out tokens")
+            return result
+        if self._task.check_mode:
+            plan = describe_plan(settings) + f"; results would go to {results_file}"
+            self._display.display(f"{host} | bench_sweep {mode} (check mode, nothing sent): {plan}")
+            result.update(changed=False, settings=public, levels=[], results_file=results_file, msg=plan)
+            return result
+        return self._sweep(result, task_vars, args, settings, mode, results_file, host)
+
+    # -- the sweep ----------------------------------------------------------------------------
+    def _module_args(self, settings: dict, **extra) -> dict:
+        margs = {k: v for k, v in settings.items() if k in DEFAULTS and k != "prompts"}
+        if settings.get("prompts"):
+            margs["prompts"] = settings["prompts"]
+        margs.update(extra)
+        return margs
+
+    def _call(self, task_vars: dict, margs: dict) -> dict:
+        res = self._execute_module(module_name=MODULE, module_args=margs, task_vars=task_vars)
+        res.pop("invocation", None)
+        return res
+
+    def _sweep(self, result, task_vars, args, settings, mode, results_file, host):
+        secrets = [settings["api_key"]]
+        engine = args.get("engine") or "external"
+        server_fact = args.get("server") or {}
+        if not isinstance(server_fact, dict):
+            server_fact = {}
+        public = public_settings(settings)
+        doc = {
+            "schema": RESULTS_SCHEMA,
+            "run_id": args.get("run_id"),
+            "host": host,
+            "mode": mode,
+            "engine": engine,
+            "status": "running",
+            "started_at": now_iso(),
+            "finished_at": None,
+            "settings": public,
+            "server": redact(dict(server_fact, base_url=settings["base_url"]), secrets),
+            "levels": [],
+            "error": None,
+        }
+
+        def save():
+            try:
+                write_json_atomic(results_file, redact(doc, secrets))
+            except OSError as exc:
+                raise SettingsError(f"cannot write the results file {results_file}: {exc}") from exc
+
+        def finish(status: str, error: str | None):
+            doc["status"] = status
+            doc["error"] = error
+            doc["finished_at"] = now_iso()
+            save()
+
+        try:
+            save()
+            probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1]))
+            if probe.get("failed"):
+                error = f"cannot benchmark the server: {probe.get('msg')}"
+                finish("failed", error)
+                self._display.warning(f"{host}: {error}")
+                result.update(failed=True, msg=f"{error} (recorded in {results_file})", results_file=results_file)
+                return result
+            server = probe.get("server") or {}
+            doc["server"] = redact(dict(server_fact, **server), secrets)
+            settings = dict(settings, model=server.get("model") or settings["model"])
+            doc["settings"] = public_settings(settings)
+            spec = server.get("speculative_algorithm")
+            self._display.display(
+                f"{host} | bench_sweep {mode}: levels {settings['concurrency']} against {settings['base_url']} "
+                f"(model {server.get('model')}, {settings['api']} API"
+                + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
+            stopped = None
+            for concurrency in settings["concurrency"]:
+                res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency],
+                                                              stop_on_error=True))
+                levels = res.get("levels") or []
+                if levels:
+                    level = levels[0]
+                else:
+                    why = res.get("msg") or "the module returned no result"
+                    level = empty_level(concurrency, f"C={concurrency}: {why}")
+                doc["levels"].append(redact(level, secrets))
+                save()
+                self._display.display(f"{host} | {format_level_line(level)}")
+                if level.get("error"):
+                    self._display.warning(f"{host}: {level['error']}")
+                    if settings["stop_on_error"]:
+                        stopped = level["error"]
+                        break
+            errors = [lv["error"] for lv in doc["levels"] if lv.get("error")]
+            if stopped:
+                finish("stopped", stopped)
+            else:
+                finish("complete_with_errors" if errors else "complete", errors[0] if errors else None)
+        except SettingsError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        facts = {
+            "mode": mode,
+            "engine": engine,
+            "run_id": doc["run_id"],
+            "results_file": results_file,
+            "status": doc["status"],
+            "error": doc["error"],
+            "settings": doc["settings"],
+            "server": {k: doc["server"].get(k) for k in ("base_url", "model", "version", "speculative_algorithm")},
+            "levels": doc["levels"],
+        }
+        result.update(changed=True, results_file=results_file, levels=doc["levels"], status=doc["status"],
+                      ansible_facts={"specbench_sweep": facts})
+        if stopped:
+            result.update(failed=True, msg=f"{stopped} (sweep stopped; the levels measured before it are in "
+                                           f"{results_file})")
+        else:
+            result["msg"] = f"{len(doc['levels'])} levels measured; results in {results_file}"
+        return result

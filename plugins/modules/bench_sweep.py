@@ -1,0 +1,342 @@
+#!/usr/bin/python
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Module bench_sweep: measure concurrency levels on the node, next to the server."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: bench_sweep
+short_description: Measure an LLM server's steady-state throughput and latency at concurrency levels
+description:
+  - Runs a closed-loop benchmark against an SGLang (or any OpenAI-compatible) server on the managed
+    node, next to the server, and returns one result per concurrency level.
+  - C streams per level, each sending its next request the moment the previous one ends; fixed input
+    and output lengths (C(ignore_eos), temperature 0); prompts synthesized from a seed or given.
+  - The measurement window opens after O(warmup_s) and once every stream has finished a request, so
+    it is in steady state at every level. Throughput is the output tokens that arrived inside the
+    window divided by its length; a 95% confidence interval comes from repeats or batch means. The
+    whole-run figure the way SGLang's bench_serving computes it is returned too.
+  - Per level also TTFT, ITL, TPOT and E2E (mean, p50, p90, p99), per-stream decode tok/s, request/s,
+    failures by kind, the accept length of speculative decoding, the server's running and queued
+    requests from /metrics, and the client's own CPU use with a warning when the client is the limit.
+  - The client core is C(plugins/module_utils/specbench_client.py), standard library only; the same
+    file runs by hand on the node as C(specbench_client.py --help).
+  - Used through the action plugin of the same name, which runs the levels one by one from the
+    controller, prints a progress line per level and writes each level to the results file at once.
+    Called directly (for example with C(ansible -m)), the module measures every level in one call.
+version_added: "0.1.0"
+author:
+  - specbench developers
+options:
+  base_url:
+    description:
+      - The server's root, C(http://HOST:PORT). A trailing C(/v1) is dropped. Only plain http.
+    type: str
+    required: true
+  api:
+    description:
+      - C(chat) is OpenAI chat completions, C(completions) OpenAI completions, C(native) SGLang's C(/generate).
+    type: str
+    choices: [chat, completions, native]
+    default: chat
+  model:
+    description:
+      - Model name sent with OpenAI requests. Empty takes the first of C(GET /v1/models); a name the
+        server does not list is an error.
+    type: str
+    default: ""
+  api_key:
+    description:
+      - Sent as C(Authorization Bearer). Never logged and never returned.
+    type: str
+    default: ""
+  concurrency:
+    description:
+      - Concurrency levels, measured in this order. Positive whole numbers, each once.
+    type: list
+    elements: raw
+    default: [1, 2, 5, 10, 30, 70, 100, 250]
+  input_len:
+    description:
+      - Prompt length in tokens (synthesized prompts have one word per token).
+    type: int
+    default: 256
+  output_len:
+    description:
+      - Output tokens per request (C(max_tokens) with C(ignore_eos)); at least 1.
+    type: int
+    default: 256
+  warmup_s:
+    description:
+      - Least warmup before each level's window, in seconds; the window also waits until every
+        stream has finished one request.
+    type: float
+    default: 30
+  window_s:
+    description:
+      - Length of the measurement window, in seconds (window mode).
+    type: float
+    default: 60
+  requests:
+    description:
+      - Request-count mode when above 0 - this many requests per level after the warmup; the
+        steady window then ends when the first stream runs out of requests.
+    type: int
+    default: 0
+  repeats:
+    description:
+      - Runs per level. Two or more give the interval from the repeats' spread.
+    type: int
+    default: 1
+  batches:
+    description:
+      - Batch means per window for the interval when there is one repeat.
+    type: int
+    default: 10
+  seed:
+    description:
+      - Seed of the synthesized prompts and of the first requests' random lengths.
+    type: int
+    default: 42
+  prompts:
+    description:
+      - Prompt texts used in turn instead of synthesized ones (the action plugin reads them from a
+        JSONL file on the controller).
+    type: list
+    elements: str
+  request_timeout_s:
+    description:
+      - Per-request timeout in seconds; a stalled stream fails with kind C(timeout).
+    type: float
+    default: 600
+  workers:
+    description:
+      - Client processes; 0 takes one per 256 streams (at most one per CPU).
+    type: int
+    default: 0
+  drain:
+    description:
+      - Let requests in flight at the window's end finish (needed for the whole-run figure).
+    type: bool
+    default: true
+  stop_on_error:
+    description:
+      - Stop after a level that has an error (some or all requests failed).
+    type: bool
+    default: true
+  flush_cache:
+    description:
+      - POST C(/flush_cache) before each level of a speculative server, so the server's accept
+        length covers that level only.
+    type: bool
+    default: true
+  metrics_interval_s:
+    description:
+      - Seconds between reads of C(/metrics) for running and queued requests.
+    type: float
+    default: 1
+  probe:
+    description:
+      - Only read what the server says about itself (models, version, launch command, speculative
+        algorithm, metrics); measure nothing.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Sends no request; returns what it would run.
+  diff_mode:
+    support: none
+notes:
+  - The node needs Python 3.8 or later and nothing else.
+  - Traffic goes to O(base_url) only.
+seealso:
+  - name: SGLang bench_serving
+    description: The metric definitions this module matches.
+    link: https://github.com/sgl-project/sglang/blob/main/python/sglang/bench_serving.py
+"""
+
+EXAMPLES = r"""
+- name: Sweep | Measure three levels against the local server
+  specbench.core.bench_sweep:
+    base_url: http://127.0.0.1:30000
+    concurrency: [1, 10, 70]
+    warmup_s: 10
+    window_s: 30
+
+- name: Sweep | Read what the server says about itself
+  specbench.core.bench_sweep:
+    base_url: http://127.0.0.1:30000
+    api_key: "{{ bench_api_key }}"
+    probe: true
+  register: server
+"""
+
+RETURN = r"""
+server:
+  description: What the server says about itself (API keys removed).
+  returned: success
+  type: dict
+  contains:
+    model:
+      description: The model name used.
+      type: str
+    models:
+      description: Models listed by C(/v1/models).
+      type: list
+    version:
+      description: Server version from C(/get_server_info), when it tells.
+      type: str
+    launch_command:
+      description: The server's launch command, when it tells (API key redacted).
+      type: str
+    speculative_algorithm:
+      description: Speculative algorithm in use, or null.
+      type: str
+    metrics_available:
+      description: Whether C(/metrics) answers with SGLang or vLLM metrics.
+      type: bool
+    server_info:
+      description: The whole C(/get_server_info) answer, API keys redacted.
+      type: dict
+levels:
+  description: One result per level measured, in order.
+  returned: unless probe or check mode
+  type: list
+  elements: dict
+  contains:
+    concurrency:
+      description: Concurrent streams.
+      type: int
+    output_tok_per_s:
+      description: Steady-state output tokens per second (tokens that arrived in the window / window).
+      type: float
+    output_tok_per_s_ci95:
+      description: 95% confidence interval of output_tok_per_s, [low, high].
+      type: list
+    output_tok_per_s_whole_run:
+      description: Output tokens of completed requests / (last completion - first send), as bench_serving.
+      type: float
+    request_per_s:
+      description: Requests completed inside the window per second.
+      type: float
+    requests_ok:
+      description: Requests that completed.
+      type: int
+    requests_failed:
+      description: Requests that failed.
+      type: int
+    failures_by_kind:
+      description: Failed requests per kind (connect_refused, disconnected, timeout, http_401, malformed, ...).
+      type: dict
+    ttft_ms:
+      description: Time to first token, mean/p50/p90/p99 in milliseconds.
+      type: dict
+    itl_ms:
+      description: Inter-token latency (a chunk of k tokens splits its gap over k), mean/p50/p90/p99 ms.
+      type: dict
+    tpot_ms:
+      description: Time per output token after the first, mean/p50/p90/p99 ms.
+      type: dict
+    e2e_ms:
+      description: End-to-end request latency, mean/p50/p90/p99 ms.
+      type: dict
+    decode_tok_per_s_per_stream:
+      description: Per-stream decode rate after the first token, mean/p50/p90/p99.
+      type: dict
+    accept_length:
+      description: Mean accept length of speculative decoding, null when not speculative.
+      type: float
+    server_running:
+      description: Running requests from /metrics during the window (mean, max), or null.
+      type: dict
+    server_queued:
+      description: Queued requests from /metrics during the window (mean, max), or null.
+      type: dict
+    server_output_tok_per_s:
+      description: The server's own generated tokens per second over the window (from /metrics), or null.
+      type: float
+    client:
+      description: The client's own CPU use per worker process and whether it was the bottleneck.
+      type: dict
+    warnings:
+      description: Conditions that make the figures suspect (client bottleneck, short outputs...).
+      type: list
+    error:
+      description: Why the level failed, naming the cause; null when it did not.
+      type: str
+settings:
+  description: The settings used (no API key, no prompt texts).
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
+    DEFAULTS,
+    ServerError,
+    SettingsError,
+    describe_plan,
+    normalize_settings,
+    probe_server,
+    public_settings,
+    redact,
+    run_level,
+)
+
+ARGUMENT_SPEC = {
+    "base_url": {"type": "str", "required": True},
+    "api": {"type": "str", "choices": ["chat", "completions", "native"], "default": "chat"},
+    "model": {"type": "str", "default": ""},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "concurrency": {"type": "list", "elements": "raw", "default": list(DEFAULTS["concurrency"])},
+    "input_len": {"type": "int", "default": DEFAULTS["input_len"]},
+    "output_len": {"type": "int", "default": DEFAULTS["output_len"]},
+    "warmup_s": {"type": "float", "default": DEFAULTS["warmup_s"]},
+    "window_s": {"type": "float", "default": DEFAULTS["window_s"]},
+    "requests": {"type": "int", "default": DEFAULTS["requests"]},
+    "repeats": {"type": "int", "default": DEFAULTS["repeats"]},
+    "batches": {"type": "int", "default": DEFAULTS["batches"]},
+    "seed": {"type": "int", "default": DEFAULTS["seed"]},
+    "prompts": {"type": "list", "elements": "str"},
+    "request_timeout_s": {"type": "float", "default": DEFAULTS["request_timeout_s"]},
+    "workers": {"type": "int", "default": DEFAULTS["workers"]},
+    "drain": {"type": "bool", "default": DEFAULTS["drain"]},
+    "stop_on_error": {"type": "bool", "default": DEFAULTS["stop_on_error"]},
+    "flush_cache": {"type": "bool", "default": DEFAULTS["flush_cache"]},
+    "metrics_interval_s": {"type": "float", "default": DEFAULTS["metrics_interval_s"]},
+    "probe": {"type": "bool", "default": False},
+}
+
+
+def main() -> None:
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    params = dict(module.params)
+    probe_only = params.pop("probe")
+    try:
+        settings = normalize_settings(params)
+    except SettingsError as exc:
+        module.fail_json(msg=str(exc))
+    secrets = [settings["api_key"]]
+    public = public_settings(settings)
+    if module.check_mode:
+        module.exit_json(changed=False, msg=describe_plan(settings), levels=[], settings=public)
+    try:
+        server = probe_server(settings)
+    except ServerError as exc:
+        module.fail_json(msg=redact(str(exc), secrets), settings=public, levels=[], server_error=True)
+    if probe_only:
+        module.exit_json(changed=False, server=redact(server, secrets), settings=public)
+    levels = []
+    for concurrency in settings["concurrency"]:
+        level = run_level(settings, concurrency, server)
+        levels.append(redact(level, secrets))
+        if level["error"] and settings["stop_on_error"]:
+            break
+    module.exit_json(changed=False, server=redact(server, secrets), levels=levels, settings=public)
+
+
+if __name__ == "__main__":
+    main()

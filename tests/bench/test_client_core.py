@@ -1,0 +1,411 @@
+"""The client core's parsing and statistics, without timing: settings and their messages,
+percentiles and intervals, redaction, and HTTP/SSE parsing against crafted byte streams
+served over real loopback sockets (split at awkward places, chunked or not)."""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+from benchlib import CLIENT, sc
+
+
+# -- settings --------------------------------------------------------------------------------
+@pytest.mark.parametrize(("value", "expected"), [
+    ([1, 2, 5], [1, 2, 5]),
+    ("1,2,5", [1, 2, 5]),
+    ("1 2  5", [1, 2, 5]),
+    ("[1, 2, 5]", [1, 2, 5]),
+    (["30", 70], [30, 70]),
+    (250, [250]),
+    ([70, 1], [70, 1]),  # the given order is kept
+])
+def test_levels_parse(value, expected):
+    assert sc.parse_levels(value) == expected
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ([], "concurrency is empty: give at least one level"),
+    ("", "concurrency is empty"),
+    ([1, "x"], "holds 'x', which is not a whole number"),
+    ([1.5], "holds 1.5, which is not a whole number"),
+    ([True], "holds True, which is not a whole number"),
+    ([0], "holds 0: every level is a number of concurrent streams and must be at least 1"),
+    ([-2], "holds -2"),
+    ([3, 3], "holds 3 twice"),
+    ("[1, ", "does not parse as a list"),
+    ({"a": 1}, "not a list"),
+    ([10**6], "above the client's limit"),
+])
+def test_levels_refused(value, message):
+    with pytest.raises(sc.SettingsError, match=None) as err:
+        sc.parse_levels(value)
+    assert message in str(err.value)
+    assert "e.g." in str(err.value) or "give" in str(err.value) or "limit" in str(err.value)
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"output_len": 0}, "--output-len is 0, but it must be at least 1"),
+    ({"input_len": "many"}, "--input-len is 'many', not a whole number"),
+    ({"window_s": 0}, "--window-s is 0, but it must be above 0"),
+    ({"warmup_s": -1}, "--warmup-s is -1, but it must be at least 0"),
+    ({"request_timeout_s": "soon"}, "--request-timeout-s is 'soon', not a number of seconds"),
+    ({"api": "grpc"}, "--api is 'grpc': give one of chat, completions, native"),
+    ({"drain": "maybe"}, "--drain is 'maybe', not true or false"),
+    ({"base_url": "https://h:1"}, "is https"),
+    ({"base_url": "ftp://h"}, "is not an http://HOST:PORT address"),
+    ({"base_url": "http://h:99999"}, "has an invalid port"),
+    ({"requests": 5, "concurrency": [10]}, "fewer than the largest level (10 streams)"),
+])
+def test_settings_refused_with_the_fix(raw, message):
+    with pytest.raises(sc.SettingsError) as err:
+        sc.normalize_settings(raw)
+    assert message in str(err.value)
+
+
+def test_settings_labels_and_base_url():
+    with pytest.raises(sc.SettingsError, match="bench_output_len is 0"):
+        sc.normalize_settings({"output_len": 0}, label=lambda k: f"bench_{k}")
+    s = sc.normalize_settings({"base_url": "http://127.0.0.1:30000/v1/", "concurrency": "1,2", "drain": "false"})
+    assert sc.parse_base_url(s["base_url"]) == ("127.0.0.1", 30000, "")
+    assert s["concurrency"] == [1, 2] and s["drain"] is False and s["output_len"] == 256
+    assert sc.parse_base_url("http://[::1]:8000/proxy") == ("::1", 8000, "/proxy")
+
+
+def test_prompts_file(tmp_path):
+    good = tmp_path / "p.jsonl"
+    good.write_text('{"prompt": "hello there"}\n\n{"text": "second"}\n')
+    assert sc.load_prompts(str(good)) == ["hello there", "second"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "ok"}\nnot json\n')
+    with pytest.raises(sc.SettingsError, match="line 2 is not JSON"):
+        sc.load_prompts(str(bad))
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text('{"other": 1}\n')
+    with pytest.raises(sc.SettingsError, match='line 1 has no non-empty "prompt" string'):
+        sc.load_prompts(str(empty))
+    with pytest.raises(sc.SettingsError, match="cannot be read"):
+        sc.load_prompts(str(tmp_path / "missing.jsonl"))
+
+
+# -- statistics ------------------------------------------------------------------------------
+def test_percentiles_are_numpys_linear():
+    values = [1.0, 2.0, 3.0, 4.0, 10.0]
+    assert sc.percentile(values, 50) == 3.0
+    assert sc.percentile(values, 90) == pytest.approx(7.6)  # numpy.percentile(values, 90)
+    assert sc.percentile(values, 99) == pytest.approx(9.76)
+    assert sc.percentile([5.0], 99) == 5.0
+    s = sc.summary([0.001, 0.002, 0.003], scale=1000.0)
+    assert s == {"mean": 2.0, "p50": 2.0, "p90": 2.8, "p99": 2.98}
+    assert sc.summary([]) is None
+
+
+def test_confidence_interval():
+    mean, ci = sc.mean_ci95([10.0, 12.0, 11.0, 13.0])
+    assert mean == 11.5
+    half = 3.182 * math.sqrt((2.25 + 0.25 + 0.25 + 2.25) / 3 / 4)
+    assert ci == pytest.approx([11.5 - half, 11.5 + half])
+    assert sc.mean_ci95([4.0]) == (4.0, None)
+    assert sc.t975(1) == 12.706 and sc.t975(200) == pytest.approx(1.972)
+    with_ci = sc.summary([1.0, 2.0, 3.0], ci=True)
+    assert with_ci["mean_ci95"][0] < 2.0 < with_ci["mean_ci95"][1]
+
+
+def test_metrics_text():
+    text = (b'# HELP sglang:num_running_reqs x\nsglang:num_running_reqs{model_name="m"} 12.0\n'
+            b'sglang:num_running_reqs{model_name="m",dp="1"} 3\nsglang:num_queue_reqs{model_name="m"} 7\n'
+            b"sglang:num_running_reqs_total 99\n")
+    assert sc.parse_metrics(text) == (15.0, 7.0)
+    assert sc.parse_metrics(b"vllm:num_requests_running 4\nvllm:num_requests_waiting 1\n") == (4.0, 1.0)
+    assert sc.parse_metrics(b"nothing 1\n") == (None, None)
+
+
+def test_redaction():
+    key = "sk-secret-42"
+    doc = {"server_info": {"api_key": key, "admin_api_key": None, "port": 1},
+           "command": ["python3", "-m", "sglang.launch_server", "--api-key", key, "--port", "1"],
+           "launch_command": f"python3 -m sglang.launch_server --api-key={key} --port 1",
+           "note": f"the key {key} leaked"}
+    out = sc.redact(doc, [key])
+    assert key not in json.dumps(out)
+    assert out["server_info"]["api_key"] == "<redacted>" and out["server_info"]["admin_api_key"] is None
+    assert out["command"][4] == "<redacted>" and out["command"][6] == "1"
+    assert out["launch_command"] == "python3 -m sglang.launch_server --api-key=<redacted> --port 1"
+
+
+def test_progress_line():
+    level = {"concurrency": 30, "output_tok_per_s": 673.94, "output_tok_per_s_ci95": [670.0, 677.9],
+             "ttft_ms": {"p50": 45.2}, "accept_length": 2.18, "requests_ok": 120, "requests_failed": 1,
+             "client": {"bottleneck": True}, "error": "C=30: 1 of 121 requests failed"}
+    line = sc.format_level_line(level, "h | ")
+    assert line == ("h | C=  30 | output     673.9 tok/s [670.0, 677.9] | TTFT p50 45 ms | accept 2.18 | "
+                    "ok 120 failed 1 | CLIENT-BOUND | ERROR: C=30: 1 of 121 requests failed")
+    assert "output      -  tok/s" in sc.format_level_line({"concurrency": 1, "output_tok_per_s": None})
+
+
+# -- parsing over real sockets ----------------------------------------------------------------
+def chunked(*parts: bytes) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
+
+
+def chat_event(text: str | None = None, finish=None, usage=None) -> bytes:
+    obj = {"object": "chat.completion.chunk", "choices": [] if usage else [
+        {"index": 0, "delta": {"content": text} if text is not None else {}, "finish_reason": finish}]}
+    if usage:
+        obj["usage"] = usage
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+
+
+class CannedServer:
+    """Serves one canned response per request, written in pieces of ``piece`` bytes."""
+
+    def __init__(self, response: bytes, piece: int, keep_alive: bool = True):
+        self.response, self.piece, self.keep_alive = response, piece, keep_alive
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def handle(self, conn: socket.socket) -> None:
+        conn.settimeout(5)
+        buf = b""
+        try:
+            while not self.stop.is_set():
+                while b"\r\n\r\n" not in buf:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                head, _, rest = buf.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                buf = rest[length:]
+                self.requests += 1
+                for i in range(0, len(self.response), self.piece):
+                    conn.sendall(self.response[i:i + self.piece])
+                if not self.keep_alive:
+                    return
+        except OSError:
+            return
+        finally:
+            conn.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+def measure(port: int, api: str = "chat", output_len: int = 3, concurrency: int = 2) -> dict:
+    settings = sc.normalize_settings({"base_url": f"http://127.0.0.1:{port}", "api": api, "output_len": output_len,
+                                      "input_len": 4, "warmup_s": 0, "window_s": 0.3, "concurrency": [concurrency],
+                                      "requests": 6, "request_timeout_s": 3})
+    server = {"model": "m", "speculative_algorithm": None, "metrics_available": False}
+    return sc.run_level(settings, concurrency, server)
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+CHAT_BODY = [chat_event("", None), chat_event(" álpha", None), chat_event(" béta 日本", None),  # split mid-character too
+             chat_event(None, "length"), chat_event(usage={"prompt_tokens": 8, "completion_tokens": 3}),
+             b"data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_chunked_sse_split_anywhere(piece):
+    """Byte-by-byte or whole: the same three tokens per request, a chunk of two counted as two."""
+    server = CannedServer(HEAD_CHUNKED + chunked(*CHAT_BODY), piece)
+    try:
+        level = measure(server.port)
+    finally:
+        server.close()
+    assert level["error"] is None, level
+    assert level["requests_ok"] >= 6 and level["requests_failed"] == 0
+    assert level["output_tokens_mean"] == 3 and level["input_tokens_mean"] == 8
+    # The canned server ignores max_tokens: each stream's shortened first request is "short".
+    assert level["requests_short"] == 2
+    assert level["itl_ms"] is not None and level["ttft_ms"] is not None
+
+
+def test_crlf_events_comments_and_close_delimited_body():
+    body = b"".join(e.replace(b"\n\n", b"\r\n\r\n") for e in CHAT_BODY)
+    body = b": keep-alive comment\r\n\r\nevent: message\r\n" + body
+    response = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + body
+    server = CannedServer(response, 5, keep_alive=False)
+    try:
+        level = measure(server.port)
+    finally:
+        server.close()
+    assert level["error"] is None, level
+    assert level["output_tokens_mean"] == 3
+
+
+def test_word_counts_are_scaled_to_the_servers_usage():
+    """A real tokenizer's count wins: 2 words reported as 4 tokens."""
+    body = [chat_event(" one"), chat_event(" two"), chat_event(None, "length"),
+            chat_event(usage={"prompt_tokens": 4, "completion_tokens": 4}), b"data: [DONE]\n\n"]
+    server = CannedServer(HEAD_CHUNKED + chunked(*body), 4096)
+    try:
+        level = measure(server.port, output_len=4)
+    finally:
+        server.close()
+    assert level["output_tokens_mean"] == 4
+
+
+def test_native_generate_counts_from_meta_info():
+    def event(ct, finish=None, verify=None):
+        meta = {"id": "x", "prompt_tokens": 4, "completion_tokens": ct, "finish_reason": finish}
+        if verify is not None:
+            meta["spec_verify_ct"] = verify
+        return b"data: " + json.dumps({"text": "w " * ct, "meta_info": meta}).encode() + b"\n\n"
+
+    body = [event(1, verify=0), event(3, verify=1), event(5, {"type": "length", "length": 5}, verify=2),
+            b"data: [DONE]\n\n"]
+    server = CannedServer(HEAD_CHUNKED + chunked(*body), 3)
+    try:
+        level = measure(server.port, api="native", output_len=5)
+    finally:
+        server.close()
+    assert level["error"] is None, level
+    assert level["output_tokens_mean"] == 5
+    # ITL: the chunk of 2 tokens splits its gap in two, so there are 4 gaps per request of 5 tokens.
+    assert level["itl_ms"]["p50"] >= 0
+
+
+@pytest.mark.parametrize(("response", "kind", "text"), [
+    (HEAD_CHUNKED + chunked(b"data: {broken\n\n"), "malformed", "event data is not JSON"),
+    (HEAD_CHUNKED + chunked(b"garbage line\n\n"), "malformed", "not a server-sent event"),
+    (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}", "malformed",
+     "expected an event stream"),
+    (b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 25\r\n\r\n"
+     b'{"error": "Unauthorized"}', "http_401", "HTTP 401: Unauthorized"),
+    (b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: 38\r\n\r\n"
+     b'{"object": "error", "message": "long"}', "http_4xx", "HTTP 400: long"),
+    (HEAD_CHUNKED + chunked(b'data: {"object": "error", "message": "boom"}\n\n'), "server_error", "boom"),
+    (HEAD_CHUNKED + chunked(chat_event(" a")), "incomplete", "without [DONE] or a finish reason"),
+    (HEAD_CHUNKED + b"zz\r\n", "malformed", "bad chunk size"),
+])
+def test_bad_responses_fail_with_their_kind(response, kind, text):
+    server = CannedServer(response, 4096)
+    try:
+        level = measure(server.port)
+    finally:
+        server.close()
+    assert level["requests_ok"] == 0 and level["failures_by_kind"].get(kind), level["failures_by_kind"]
+    assert text in level["failure_examples"][kind]
+    assert level["error"].startswith("C=2: every request failed")
+
+
+def test_script_help_and_probe_error():
+    out = subprocess.run([sys.executable, str(CLIENT), "--help"], capture_output=True, text=True, check=True)
+    assert "--concurrency" in out.stdout and "Standard library only" in " ".join(out.stdout.split())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    out = subprocess.run([sys.executable, str(CLIENT), "--base-url", f"http://127.0.0.1:{port}", "--probe"],
+                         check=False, capture_output=True, text=True)
+    assert out.returncode == 2 and f"connection refused: nothing listens at 127.0.0.1:{port}" in out.stderr
+
+
+def test_standard_library_only():
+    """The node gets this one file: it imports nothing outside the standard library."""
+    source = CLIENT.read_text()
+    imported = {line.split()[1].split(".")[0] for line in source.splitlines()
+                if line.startswith(("import ", "from ")) and "__future__" not in line}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+def test_events_larger_than_small_read_buffers():
+    """A 300 KB event (aiohttp's default buffer is 64 KiB): read whole, counted right."""
+    big = " ".join(["w"] * 150000)
+    body = [chat_event(big), chat_event(None, "length"),
+            chat_event(usage={"prompt_tokens": 4, "completion_tokens": 150000}), b"data: [DONE]\n\n"]
+    server = CannedServer(HEAD_CHUNKED + chunked(*body), 65536)
+    try:
+        level = measure(server.port, output_len=150000, concurrency=1)
+    finally:
+        server.close()
+    assert level["error"] is None, level
+    assert level["output_tokens_mean"] == 150000
+
+
+def feed_events(api: str, events: list[bytes], fast: bool) -> tuple[list, list, object]:
+    """(times, token counts, request) after feeding ``events`` (one HTTP chunk each) to a worker,
+    with or without the fast path."""
+    settings = sc.normalize_settings({"base_url": "http://127.0.0.1:9", "api": api, "output_len": 100})
+    plan = {"settings": settings, "model": "m", "t0": 0.0, "bin_w": 0.01, "starts": [0.0], "budget": None,
+            "key": "k", "trace": 0}
+    worker = sc.Worker(plan, [0])
+    hits = []
+    real = worker.fast
+
+    def counting(*args):
+        taken = bool(fast and real(*args))
+        hits.append(taken)
+        return taken
+
+    if real is not None:
+        worker.fast = counting
+    st = worker.streams[0]
+    st.req = sc.Req(0, 0.0, False, 100)
+    st.req.status = 200
+    st.phase, st.chunked = sc.BODY, True
+    for i, event in enumerate(events):
+        worker._feed(st, b"%x\r\n%s\r\n" % (len(event), event), float(i + 1))
+    return st.req.ts, st.req.ks, st.req, sum(hits)
+
+
+@pytest.mark.parametrize("compact", [True, False])
+@pytest.mark.parametrize("api", ["chat", "completions", "native"])
+def test_fast_path_reads_what_the_full_parse_reads(api, compact):
+    """SGLang's compact JSON and the spaced kind; escapes, brackets and unicode in the text; the
+    same tokens and times with /generate's fast path as with the full parse."""
+    sep = (",", ":") if compact else (", ", ": ")
+    texts = ["", " alpha", ' say \\"hi\\"\\n', " {braces} [x]", " caf\\u00e9 日本", " two words", " w"]
+
+    def event(obj):
+        return b"data: " + json.dumps(obj, separators=sep, ensure_ascii=False).encode() + b"\n\n"
+
+    events = []
+    total = 0
+    for i, escaped in enumerate(texts):
+        text = json.loads(f'"{escaped}"')
+        last = i == len(texts) - 1
+        if api == "native":
+            total += len(text.split()) or 1
+            meta = {"id": "r", "prompt_tokens": 4, "completion_tokens": total, "cached_tokens": 0,
+                    "spec_verify_ct": i, "finish_reason": {"type": "length", "length": total} if last else None}
+            events.append(event({"text": "x" * total, "output_ids": list(range(total)), "meta_info": meta}))
+        else:
+            key = "delta" if api == "chat" else "text"
+            choice = {"index": 0, key: {"role": "assistant", "content": text} if api == "chat" else text,
+                      "logprobs": None, "finish_reason": "length" if last else None}
+            events.append(event({"id": "x", "choices": [choice], "usage": None}))
+    if api != "native":
+        events.append(event({"id": "x", "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 9}}))
+    events.append(b"data: [DONE]\n\n")
+    fast = feed_events(api, events, fast=True)
+    slow = feed_events(api, events, fast=False)
+    assert fast[0] == slow[0] and fast[1] == slow[1]
+    assert fast[2].usage_ct == slow[2].usage_ct and fast[2].verify == slow[2].verify
+    assert fast[2].done and slow[2].done and fast[2].finish == slow[2].finish
+    assert len(fast[0]) >= 5
+    if api == "native":  # the only API with a fast path: the plain chunks took it
+        assert fast[3] >= 3 and slow[3] == 0

@@ -1,0 +1,67 @@
+"""The client core on its own against the emulator (no Ansible): the three APIs agree, two
+worker processes give the right figure at C=260, and the script runs by hand (request-count
+mode is covered by the fault test)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from benchlib import CLIENT, analytic, sc
+
+SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
+
+
+def settings(base_url: str, **extra) -> dict:
+    raw = {"base_url": base_url, "input_len": 64, "output_len": 64, "warmup_s": 0.3, "window_s": 2.0,
+           "drain": False}
+    raw.update(extra)
+    return sc.normalize_settings(raw)
+
+
+def test_apis_agree_and_accept_length(emulator):
+    emu = emulator("--tp-size", "8", "--enable-metrics", *SPEC, time_scale=0.1)
+    results = {}
+    for api in ("chat", "completions", "native"):
+        s = settings(emu.base_url, api=api, concurrency=[4])
+        server = sc.probe_server(s)
+        results[api] = sc.run_level(s, 4, server)
+    for api, level in results.items():
+        assert level["error"] is None, (api, level)
+        assert level["output_tokens_mean"] == 64
+    rates = [lv["output_tok_per_s"] for lv in results.values()]
+    assert max(rates) / min(rates) < 1.08, rates
+    assert results["native"]["accept_length_source"].startswith("sum(completion_tokens)")
+    assert results["chat"]["accept_length_source"].startswith("/get_server_info")
+    for level in results.values():
+        assert level["accept_length"] == pytest.approx(2.18, abs=0.12)
+
+
+def test_c260_with_two_worker_processes(emulator):
+    """Beyond 256 streams in two processes sharing the monotonic clock (one process runs C=250
+    in the accuracy test): the steady state near the truth (prefills unbatched so the analytic
+    formula holds)."""
+    workers = 2
+    emu = emulator("--tp-size", "8", "--chunked-prefill-size", "40", time_scale=0.3)
+    s = settings(emu.base_url, input_len=32, output_len=32, warmup_s=0.5, window_s=2.0, workers=workers,
+                 concurrency=[260])
+    level = sc.run_level(s, 260, sc.probe_server(s))
+    assert level["error"] is None, level
+    assert level["client"]["workers"] == workers
+    truth = analytic(emu.base_url, 260, 32, 32)["output_tok_per_s"]
+    assert level["output_tok_per_s"] == pytest.approx(truth, rel=0.04)
+    assert level["requests_failed"] == 0 and level["requests_ok"] > 260
+
+
+def test_script_by_hand(emulator, tmp_path):
+    emu = emulator("--tp-size", "8", time_scale=0.05)
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(CLIENT), "--base-url", emu.base_url, "--concurrency", "1,3",
+                           "--input-len", "16", "--output-len", "16", "--warmup-s", "0.2", "--window-s", "0.8",
+                           "--output", str(out)], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("C=")]
+    assert len(lines) == 2 and "tok/s" in lines[0]
+    doc = json.loads(out.read_text())
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 3] and doc["server"]["version"] == "0.5.23"
