@@ -1,0 +1,235 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action plugin compare_results: the A/B comparison and report, on the controller.
+
+See plugins/modules/compare_results.py for the documentation. Reads the results files,
+calls specbench_compare for the maths and specbench_report for the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import CompareError, compact, summarize_host
+
+ARGUMENT_SPEC = {
+    "results_dir": {"type": "path", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "hosts": {"type": "list", "elements": "str"},
+    "baseline": {"type": "str", "default": "baseline"},
+    "modes": {"type": "list", "elements": "str"},
+    "host_modes": {"type": "dict"},
+    "outcomes": {"type": "dict"},
+    "plots": {"type": "bool", "default": True},
+    "dpi": {"type": "int", "default": 100},
+    "index": {"type": "bool", "default": True},
+}
+# Files this plugin writes in a host folder: never read back as a mode's results.
+OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json"}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
+OUTCOME_STATUSES = ("ok", "failed", "skipped", "teardown_failed", "missing", "unreachable")
+
+
+def _load_json(path: str):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str]) -> dict:
+    """mode -> results dict for one host folder; unreadable files become warnings."""
+    found: dict = {}
+    if not os.path.isdir(host_dir):
+        return found
+    names = sorted(n for n in os.listdir(host_dir) if n.endswith(".json") and n not in OWN_FILES and not n.startswith("."))
+    for name in names:
+        mode = name[: -len(".json")]
+        if modes is not None and mode not in modes:
+            continue
+        path = os.path.join(host_dir, name)
+        try:
+            data = _load_json(path)
+        except (OSError, ValueError) as exc:
+            warnings.append(f"{path}: not readable as JSON ({exc}); {mode} left out of the comparison")
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
+            if modes is not None:
+                warnings.append(f"{path}: not a results file (no levels list); {mode} left out of the comparison")
+            continue
+        if data.get("mode") not in (None, mode):
+            warnings.append(f"{path}: says mode {data.get('mode')!r} but is named {name}; read as {mode}")
+        data["_path"] = path
+        found[mode] = data
+    return found
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        validation, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        del validation
+        check = bool(self._task.check_mode)
+        warnings: list[str] = []
+        run_id = args["run_id"].strip()
+        if not run_id or not SAFE_NAME.match(run_id) or run_id in (".", ".."):
+            raise AnsibleActionFail(
+                f"run_id {args['run_id']!r} is not a folder name: give the run id of a compare or bench run, "
+                "e.g. -e run_id=20260227T182500Z (letters, digits, . _ - @ :)"
+            )
+        results_dir = os.path.abspath(os.path.expanduser(args["results_dir"]))
+        run_dir = os.path.join(results_dir, run_id)
+        outcomes_arg = args["outcomes"]
+        if not os.path.isdir(run_dir) and not outcomes_arg:
+            runs = []
+            if os.path.isdir(results_dir):
+                runs = sorted(n for n in os.listdir(results_dir) if os.path.isdir(os.path.join(results_dir, n)))
+            hint = f"runs there: {', '.join(runs[-10:])}" if runs else "that folder holds no run"
+            raise AnsibleActionFail(
+                f"no results for run {run_id} in {results_dir} ({hint}): give -e run_id= of an existing run, "
+                "or -e results_dir= where its results are"
+            )
+        if args["dpi"] < 20 or args["dpi"] > 600:
+            raise AnsibleActionFail(f"dpi must be between 20 and 600 (got {args['dpi']})")
+        baseline = args["baseline"]
+        modes_arg = args["modes"]
+        if modes_arg is not None:
+            if len(modes_arg) < 2 or baseline not in modes_arg or len(set(modes_arg)) != len(modes_arg):
+                raise AnsibleActionFail(
+                    f"modes must list the baseline {baseline!r} and at least one other mode, each once "
+                    f"(got {modes_arg}); e.g. [baseline, eagle3]"
+                )
+        for host, per_mode in (outcomes_arg or {}).items():
+            if not isinstance(per_mode, dict):
+                raise AnsibleActionFail(f"outcomes[{host!r}] must map modes to their outcome (got {per_mode!r})")
+            for mode, outcome in per_mode.items():
+                status = (outcome or {}).get("status") if isinstance(outcome, dict) else None
+                if status not in OUTCOME_STATUSES:
+                    raise AnsibleActionFail(
+                        f"outcomes[{host!r}][{mode!r}].status must be one of {', '.join(OUTCOME_STATUSES)} (got {status!r})"
+                    )
+
+        existing = []
+        if os.path.isdir(run_dir):
+            existing = sorted(n for n in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, n)))
+        hosts = list(args["hosts"]) if args["hosts"] is not None else sorted(set(existing) | set(outcomes_arg or {}))
+        for host in hosts:
+            if not SAFE_NAME.match(host) or host in (".", ".."):
+                raise AnsibleActionFail(f"host {host!r} cannot name a results folder")
+
+        files: list[str] = []
+        changed_files: list[str] = []
+        summaries: dict = {}
+        absent: dict = {}
+        for host in hosts:
+            host_dir = os.path.join(run_dir, host)
+            saved_path = os.path.join(host_dir, "compare-run.json")
+            saved = {}
+            if os.path.isfile(saved_path):
+                try:
+                    saved = _load_json(saved_path)
+                except (OSError, ValueError) as exc:
+                    warnings.append(f"{saved_path}: not readable ({exc}); the run's record of failed modes is lost")
+            outcomes = (outcomes_arg or {}).get(host)
+            if outcomes is None:
+                outcomes = saved.get("outcomes") or {}
+            modes = (args["host_modes"] or {}).get(host) or modes_arg or saved.get("modes")
+            if modes is not None and (not isinstance(modes, list) or baseline not in modes):
+                raise AnsibleActionFail(
+                    f"{host}: the modes compared must be a list with the baseline {baseline!r} in it (got {modes!r})"
+                )
+            host_results = load_host_results(host_dir, modes, warnings)
+            if not host_results and not outcomes:
+                absent[host] = (
+                    "no results: the host was unreachable or failed before any mode ran"
+                    if host in (outcomes_arg or {}) or args["hosts"] is not None
+                    else "no results files in its folder"
+                )
+                continue
+            if modes is None:
+                modes = [baseline] + sorted((set(host_results) | set(outcomes)) - {baseline})
+            try:
+                summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes)
+            except CompareError as exc:
+                raise AnsibleActionFail(f"{host}: {exc}") from exc
+            plots = {}
+            if args["plots"] and not check:
+                try:
+                    written = []
+                    plots = report.render_plots(summary, host_dir, dpi=args["dpi"], changed=written)
+                    changed_files.extend(os.path.join(host_dir, name) for name in written)
+                except ImportError as exc:
+                    warnings.append(f"no plots for {host}: matplotlib is missing on the controller ({exc}); "
+                                    "pip install -r requirements.txt")
+            elif args["plots"]:
+                plots = dict(report.PLOTS)
+            summary["files"] = {"report": "report.md", "csv": "summary.csv", "plots": plots}
+            if summary.get("adaptive_config"):
+                summary["files"]["adaptive_config"] = "adaptive-config.json"
+                summary["files"]["adaptive_vars"] = "adaptive-vars.json"
+            outputs = {
+                "summary.json": report.dump_json(summary),
+                "summary.csv": report.render_csv(summary),
+                "report.md": report.render_markdown(summary, plots),
+            }
+            if summary.get("adaptive_config"):
+                outputs["adaptive-config.json"] = report.adaptive_config_json(summary["adaptive_config"])
+                outputs["adaptive-vars.json"] = report.dump_json({"sglang_server_adaptive_config": summary["adaptive_config"]})
+            if outcomes_arg is not None and host in outcomes_arg:
+                outputs["compare-run.json"] = report.dump_json(
+                    {"run_id": run_id, "host": host, "baseline": baseline, "modes": list(modes), "outcomes": outcomes}
+                )
+            for name, text in outputs.items():
+                path = os.path.join(host_dir, name)
+                if not check and report.write_if_changed(path, text):
+                    changed_files.append(path)
+                files.append(path)
+            files.extend(os.path.join(host_dir, name) for name in plots.values())
+            summaries[host] = summary
+
+        index = None
+        if args["index"]:
+            index = report.build_index(run_id, summaries, absent)
+            for name, text in (("index.json", report.dump_json(index)), ("index.md", report.render_index_md(index))):
+                path = os.path.join(run_dir, name)
+                if not check and report.write_if_changed(path, text):
+                    changed_files.append(path)
+                files.append(path)
+
+        compact_hosts = {}
+        for host, summary in summaries.items():
+            entry = compact(summary)
+            entry["report"] = os.path.join(run_dir, host, "report.md")
+            compact_hosts[host] = entry
+        incomplete = sorted([h for h, s in summaries.items() if not s["complete"]] + list(absent))
+        result.update(
+            changed=bool(changed_files) if not check else bool(files),
+            changed_files=changed_files,
+            hosts=compact_hosts,
+            summaries=summaries,
+            index=index,
+            files=files,
+            run_dir=run_dir,
+            incomplete_hosts=incomplete,
+        )
+        if absent:
+            result["absent_hosts"] = absent
+        for text in warnings:
+            self._display.warning(text)
+        if warnings:
+            result["warnings"] = warnings
+        verb = "would write" if check else "wrote"
+        result["msg"] = (
+            f"{verb} the A/B report of {len(summaries)} host(s) in {run_dir}"
+            + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
+        )
+        return result

@@ -1,0 +1,482 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""specbench report rendering: summary.csv, report.md, the PNG plots and the fleet index.
+
+Everything here renders a summary that ``specbench_compare.summarize_host`` built: no maths
+of its own. Text output is standard library only; the plots import matplotlib (Agg backend)
+when called, so only the controller needs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import SCHEMA, compact, fmt_conc
+
+INDEX_SCHEMA = "specbench.compare-index/1"
+PLOTS = {
+    "throughput": "throughput.png",
+    "per_stream": "per-stream.png",
+    "speedup": "speedup.png",
+}
+CSV_COLUMNS = (
+    "host",
+    "spec_mode",
+    "concurrency",
+    "baseline_tok_per_s",
+    "baseline_tok_per_s_lo",
+    "baseline_tok_per_s_hi",
+    "spec_tok_per_s",
+    "spec_tok_per_s_lo",
+    "spec_tok_per_s_hi",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "per_stream_speedup",
+    "per_stream_speedup_lo",
+    "per_stream_speedup_hi",
+    "tpot_speedup",
+    "tpot_speedup_lo",
+    "tpot_speedup_hi",
+    "baseline_per_stream_tok_per_s",
+    "spec_per_stream_tok_per_s",
+    "baseline_tpot_ms",
+    "spec_tpot_ms",
+    "spec_accept_length",
+    "verdict",
+    "errors",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+def write_if_changed(path: str, data: str | bytes) -> bool:
+    """Write ``data`` unless the file already holds exactly it; True when written."""
+    raw = data.encode() if isinstance(data, str) else data
+    try:
+        with open(path, "rb") as fh:
+            if fh.read() == raw:
+                return False
+    except OSError:
+        pass
+    write_atomic(path, raw)
+    return True
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write a whole file or nothing (a reader never sees half a report)."""
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data.encode() if isinstance(data, str) else data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def dump_json(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=False) + "\n"
+
+
+def adaptive_config_json(config: dict) -> str:
+    """SGLang's adaptive config file, one batch-size row a line."""
+    rows = [f"  {json.dumps(bs)}: {json.dumps(entry)}" for bs, entry in config.items()]
+    return "{\n" + ",\n".join(rows) + "\n}\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# CSV
+# ---------------------------------------------------------------------------------------------
+def _pair(ci, i):
+    return "" if not ci else ci[i]
+
+
+def render_csv(summary: dict) -> str:
+    """One row per speculative mode and level."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    base = summary.get("baseline_mode")
+    for spec_mode, comp in (summary.get("comparisons") or {}).items():
+        for lv in comp.get("levels") or []:
+            b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+            errors = "; ".join(e for e in (b.get("error"), s.get("error")) if e)
+            writer.writerow(
+                [
+                    summary.get("host"),
+                    spec_mode,
+                    lv["concurrency"],
+                    b.get("output_tok_per_s", ""),
+                    _pair(b.get("output_tok_per_s_ci95"), 0),
+                    _pair(b.get("output_tok_per_s_ci95"), 1),
+                    s.get("output_tok_per_s", ""),
+                    _pair(s.get("output_tok_per_s_ci95"), 0),
+                    _pair(s.get("output_tok_per_s_ci95"), 1),
+                    _blank(lv.get("speedup")),
+                    _pair(lv.get("speedup_ci95"), 0),
+                    _pair(lv.get("speedup_ci95"), 1),
+                    _blank(lv.get("per_stream_speedup")),
+                    _pair(lv.get("per_stream_speedup_ci95"), 0),
+                    _pair(lv.get("per_stream_speedup_ci95"), 1),
+                    _blank(lv.get("tpot_speedup")),
+                    _pair(lv.get("tpot_speedup_ci95"), 0),
+                    _pair(lv.get("tpot_speedup_ci95"), 1),
+                    _blank(b.get("per_stream_tok_per_s")),
+                    _blank(s.get("per_stream_tok_per_s")),
+                    _blank(b.get("tpot_ms")),
+                    _blank(s.get("tpot_ms")),
+                    _blank(s.get("accept_length")),
+                    lv.get("verdict"),
+                    errors,
+                ]
+            )
+    return out.getvalue()
+
+
+def _blank(value):
+    return "" if value is None else value
+
+
+# ---------------------------------------------------------------------------------------------
+# report.md
+# ---------------------------------------------------------------------------------------------
+def _f(value, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def _with_ci(value, ci, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if not ci:
+        return _f(value, digits)
+    return f"{_f(value, digits)} [{_f(ci[0], digits)}, {_f(ci[1], digits)}]"
+
+
+def _md(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(summary: dict, plots: dict | None = None) -> str:
+    """report.md: confounders first, then the verdict, plots, a table per level, the advice."""
+    plots = plots or {}
+    host, run_id = summary.get("host"), summary.get("run_id")
+    base, spec = summary.get("baseline_mode"), summary.get("spec_mode")
+    lines = [f"# Speculative decoding A/B: {host}", ""]
+    finished = summary.get("results_finished_at")
+    lines.append(f"Run `{run_id}`, modes {', '.join(f'`{m}`' for m in summary.get('modes') or [])}"
+                 + (f", results up to {finished}." if finished else "."))
+    lines.append("")
+    if not summary.get("complete"):
+        lines.append(f"> **INCOMPLETE**: {len(summary.get('incomplete_reasons') or [])} problem(s); the figures below use "
+                     "what was measured.")
+        lines.append(">")
+        for reason in summary.get("incomplete_reasons") or []:
+            lines.append(f"> - {_md(reason)}")
+        lines.append("")
+    conf = summary.get("confounders") or []
+    lines.append(f"## Confounders ({len(conf)})")
+    lines.append("")
+    if conf:
+        for item in conf:
+            mark = "**error**" if item.get("severity") == "error" else "warning"
+            lines.append(f"- {mark} `{item.get('kind')}`: {_md(item.get('text'))}")
+    else:
+        lines.append("None found: same capacity settings in every mode, no running-request cap reached, the client "
+                     "never the bottleneck, GPUs clean before and after every mode, no level with errors.")
+    lines.append("")
+    lines.append("## Verdict")
+    lines.append("")
+    if spec:
+        lines.append(f"- **Crossover ({spec} vs {base})**: {_md(summary.get('crossover_text'))}.")
+    lines.append(f"- **Recommendation**: {_md(summary.get('recommendation'))}")
+    for note in summary.get("notes") or []:
+        lines.append(f"- Note: {_md(note)}")
+    tracking = summary.get("tracking")
+    if tracking:
+        lines.append(f"- **Adaptive check**: {_md(tracking['text'])}.")
+    lines.append("")
+    if plots:
+        lines.append("## Plots")
+        lines.append("")
+        titles = {"throughput": "Output throughput", "per_stream": "Per-stream decode speed", "speedup": "Speedup"}
+        for key, name in plots.items():
+            lines.append(f"![{titles.get(key, key)}]({name})")
+            lines.append("")
+    for spec_mode, comp in (summary.get("comparisons") or {}).items():
+        lines.extend(_level_table(comp, base, spec_mode))
+    table = summary.get("adaptive_table")
+    if table:
+        lines.append("## SGLang adaptive speculation")
+        lines.append("")
+        below = summary.get("speculate_below")
+        if below:
+            lines.append(f"This table turns speculation off from batch size {below} (candidate steps `[0]`, plain "
+                         "decode); below it SGLang's adaptive logic picks the step count from the acceptance it sees.")
+        else:
+            lines.append("This table keeps speculation on at every batch size measured.")
+        lines.append("SGLang 0.5.23 reads `--speculative-adaptive-config` as the path of a JSON file (saved next to this "
+                     "report as `adaptive-config.json`); it needs `--speculative-adaptive`, EAGLE or EAGLE3, "
+                     "`--speculative-eagle-topk 1`. SGLang rounds the running batch up to its CUDA-graph batch size "
+                     "before picking a row, so the switch can come a few requests early.")
+        lines.append("")
+        lines.append("```json")
+        lines.append(adaptive_config_json(summary.get("adaptive_config")).rstrip())
+        lines.append("```")
+        lines.append("")
+        lines.append("Launch SGLang with `--speculative-adaptive --speculative-adaptive-config adaptive-config.json` "
+                     f"(as a table: `{json.dumps(table)}`). To check that the adaptive mode tracks the better of the two "
+                     "modes, benchmark it with this table (`adaptive-vars.json` sets the launch role's "
+                     "`sglang_server_adaptive_config`):")
+        lines.append("")
+        lines.append("```sh")
+        lines.append("ansible-playbook playbooks/compare.yml -e '{\"compare_modes\": [\"baseline\", \"eagle3\", "
+                     f"\"eagle3-adaptive\"]}}' --limit {summary.get('host')} -e @results/{summary.get('run_id')}/"
+                     f"{summary.get('host')}/adaptive-vars.json")
+        lines.append("```")
+        lines.append("")
+    if tracking:
+        lines.append(f"## {tracking['adaptive_mode']} against the better mode")
+        lines.append("")
+        lines.append("| C | better mode | adaptive / better [95%] |")
+        lines.append("|---:|---|---|")
+        for row in tracking["levels"]:
+            lines.append(f"| {row['concurrency']} | {row['better_mode']} | "
+                         f"{_with_ci(row['ratio_to_better'], row['ratio_to_better_ci95'], 3)} |")
+        lines.append("")
+    servers = summary.get("servers") or {}
+    if servers:
+        lines.append("## Servers")
+        lines.append("")
+        for mode, info in servers.items():
+            cmd = info.get("command")
+            cmd_text = " ".join(str(a) for a in cmd) if isinstance(cmd, list) else (cmd or "not recorded")
+            lines.append(f"- `{mode}` ({info.get('engine') or 'engine not recorded'}, version "
+                         f"{info.get('version') or 'unknown'}, running cap {info.get('running_cap') or 'unknown'}): "
+                         f"`{_md(cmd_text)}`")
+        lines.append("")
+    lines.append("## Method")
+    lines.append("")
+    method = summary.get("method") or {}
+    lines.append(f"- Speedup interval: {method.get('speedup_ci95')}.")
+    lines.append(f"- Crossover: {method.get('crossover')}.")
+    lines.append("- Throughput is steady-state output tokens per second inside each level's measurement window; "
+                 "per-stream decode speed is what one user sees; TPOT speedup is baseline TPOT / speculative TPOT "
+                 "(above 1: speculation better).")
+    lines.append("")
+    sources = summary.get("sources") or {}
+    if sources:
+        lines.append("Results files: " + ", ".join(f"`{os.path.basename(p)}`" for p in sources.values()) + ".")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+    lines = [f"## {spec_mode} against {base}, per level", ""]
+    lines.append(f"| C | {base} tok/s [95%] | {spec_mode} tok/s [95%] | speedup [95%] | per-stream speedup [95%] | "
+                 f"TPOT speedup [95%] | verdict | accept length | TTFT p50 ms ({base} / {spec_mode}) | errors |")
+    lines.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    for lv in comp.get("levels") or []:
+        b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+        errors = "; ".join(_md(e) for e in (b.get("error"), s.get("error")) if e) or ""
+        lines.append(
+            f"| {lv['concurrency']} "
+            f"| {_with_ci(b.get('output_tok_per_s'), b.get('output_tok_per_s_ci95'))} "
+            f"| {_with_ci(s.get('output_tok_per_s'), s.get('output_tok_per_s_ci95'))} "
+            f"| {_with_ci(lv.get('speedup'), lv.get('speedup_ci95'), 3)} "
+            f"| {_with_ci(lv.get('per_stream_speedup'), lv.get('per_stream_speedup_ci95'), 3)} "
+            f"| {_with_ci(lv.get('tpot_speedup'), lv.get('tpot_speedup_ci95'), 3)} "
+            f"| {lv.get('verdict')} "
+            f"| {_f(s.get('accept_length'), 2)} "
+            f"| {_f(b.get('ttft_ms_p50'))} / {_f(s.get('ttft_ms_p50'))} "
+            f"| {errors} |"
+        )
+    lines.append("")
+    lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
+    lines.append("")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots (matplotlib, Agg)
+# ---------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series_xy(series: list[dict], key: str):
+    xs, ys, lo, hi = [], [], [], []
+    for pt in series:
+        value = pt.get(key)
+        if value is None or value <= 0:
+            continue
+        ci = pt.get(key + "_ci95") or [value, value]
+        xs.append(pt["concurrency"])
+        ys.append(value)
+        lo.append(max(0.0, value - ci[0]))
+        hi.append(max(0.0, ci[1] - value))
+    return xs, ys, lo, hi
+
+
+def _mark_crossover(ax, summary: dict, xmin: float, xmax: float) -> None:
+    point, ci = summary.get("crossover_concurrency"), summary.get("crossover_ci95")
+    if ci:
+        lo = ci[0] if ci[0] is not None else xmin
+        hi = ci[1] if ci[1] is not None else xmax
+        if hi > lo:
+            ax.axvspan(lo, hi, color="tab:red", alpha=0.10, label="crossover 95% interval")
+    if point is not None:
+        ax.axvline(point, color="tab:red", linestyle="--", linewidth=1.2, label=f"crossover C={fmt_conc(point)}")
+
+
+def _finish_axes(ax, levels: list[float]) -> None:
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    ax.set_xscale("log")
+    if levels:
+        ax.xaxis.set_major_locator(FixedLocator(levels))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticklabels([f"{c:g}" for c in levels])
+        span = math.log(max(levels) / min(levels)) if min(levels) > 0 and max(levels) > min(levels) else 1.0
+        pad = math.exp(0.06 * span) if span > 0 else 1.5
+        ax.set_xlim(min(levels) / pad, max(levels) * pad)
+    ax.set_xlabel("concurrency (concurrent streams, log scale)")
+    ax.grid(True, which="major", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+
+
+def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | None = None) -> dict:
+    """Write throughput, per-stream and speedup plots; returns {kind: file name}.
+
+    Files whose bytes are unchanged are left alone; the names of those written go to ``changed``.
+    """
+    changed = [] if changed is None else changed
+    plt = _pyplot()
+    series = summary.get("series") or {}
+    levels = sorted({pt["concurrency"] for pts in series.values() for pt in pts})
+    written = {}
+    if not levels:
+        return written
+    xmin, xmax = min(levels) / 2, max(levels) * 2
+    host = summary.get("host")
+    for kind, key, ylabel, title in (
+        ("throughput", "output_tok_per_s", "output tokens / s", "Output throughput"),
+        ("per_stream", "per_stream_tok_per_s", "decode tokens / s per stream", "Per-stream decode speed"),
+    ):
+        fig, ax = plt.subplots(figsize=(7.5, 4.4))
+        for mode, pts in series.items():
+            xs, ys, lo, hi = _series_xy(pts, key)
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, label=mode)
+        _mark_crossover(ax, summary, xmin, xmax)
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{title}: {host} (95% intervals)", fontsize=10)
+        if kind == "per_stream":
+            from matplotlib.ticker import FuncFormatter
+
+            ax.set_yscale("log")
+            plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+        _finish_axes(ax, levels)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        if write_if_changed(os.path.join(outdir, PLOTS[kind]), buf.getvalue()):
+            changed.append(PLOTS[kind])
+        written[kind] = PLOTS[kind]
+    comps = summary.get("comparisons") or {}
+    if comps:
+        fig, ax = plt.subplots(figsize=(7.5, 4.0))
+        for spec_mode, comp in comps.items():
+            pts = [
+                {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
+                for lv in comp.get("levels") or []
+            ]
+            xs, ys, lo, hi = _series_xy(pts, "speedup")
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4,
+                            label=f"{spec_mode} / {summary.get('baseline_mode')}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        _mark_crossover(ax, summary, xmin, xmax)
+        ax.set_ylabel("speedup (throughput ratio)")
+        ax.set_title(f"Speedup of speculation: {host} (above 1: it pays)", fontsize=10)
+        _finish_axes(ax, levels)
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        if write_if_changed(os.path.join(outdir, PLOTS["speedup"]), buf.getvalue()):
+            changed.append(PLOTS["speedup"])
+        written["speedup"] = PLOTS["speedup"]
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+# Fleet index
+# ---------------------------------------------------------------------------------------------
+def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] | None = None) -> dict:
+    """index.json: one compact entry per host, plus the hosts that produced nothing."""
+    hosts = {}
+    for host, summary in sorted(summaries.items()):
+        entry = compact(summary)
+        entry["report"] = f"{host}/report.md"
+        entry["summary"] = f"{host}/summary.json"
+        hosts[host] = entry
+    for host, why in sorted((absent or {}).items()):
+        hosts.setdefault(host, {"host": host, "status": "failed", "complete": False, "crossover_status": "unknown",
+                                "crossover_concurrency": None, "crossover_ci95": None,
+                                "recommendation": f"No results: {why}", "incomplete_reasons": [why], "report": None})
+    statuses = [h["status"] for h in hosts.values()]
+    return {
+        "schema": INDEX_SCHEMA,
+        "summary_schema": SCHEMA,
+        "run_id": run_id,
+        "hosts_total": len(hosts),
+        "hosts_complete": statuses.count("complete"),
+        "hosts": hosts,
+    }
+
+
+def render_index_md(index: dict) -> str:
+    lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
+    lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
+    lines.append("")
+    lines.append("| host | status | crossover C | 95% interval | speculate below | confounders | report |")
+    lines.append("|---|---|---:|---|---:|---:|---|")
+    for host, h in index["hosts"].items():
+        ci = h.get("crossover_ci95")
+        ci_text = "-" if not ci else f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to " \
+                                     f"{fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
+        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else \
+            (h.get("crossover_status") or "-").replace("_", " ")
+        report = f"[report]({h['report']})" if h.get("report") else "-"
+        lines.append(f"| {host} | {h.get('status')} | {cross} | {ci_text} | {h.get('speculate_below') or '-'} | "
+                     f"{h.get('confounders', 0)} | {report} |")
+    lines.append("")
+    for host, h in index["hosts"].items():
+        lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
+        for reason in h.get("incomplete_reasons") or []:
+            lines.append(f"  - incomplete: {_md(reason)}")
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Documentation of the compare_results action plugin (the work runs on the controller)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: compare_results
+short_description: Compare speculative modes against the baseline and render the A/B report
+version_added: "0.1.0"
+description:
+  - Reads the results files of one run, C(<results_dir>/<run_id>/<host>/<mode>.json), as the bench_sweep role
+    writes them, and for each host compares every speculative mode against the baseline mode.
+  - Per level the speedup (speculative / baseline throughput), the per-stream decode speedup and the TPOT
+    speedup, each with a 95% interval (delta method on the log scale over both sides' intervals).
+  - The crossover concurrency where speculation stops paying, interpolated between levels on a log scale, with
+    the interval where the speedup interval's ends cross 1; C(pays_everywhere) and C(never_pays) said as such.
+  - A recommendation (speculate below concurrency N) and an SGLang C(--speculative-adaptive-config) table that
+    turns speculation off from that batch size.
+  - Confounders first in the report (capacity settings that differ, a running-request cap reached, the client
+    saturated, GPUs not clean, levels with errors, modes that failed).
+  - Writes, per host, C(summary.json), C(summary.csv), C(report.md), C(adaptive-config.json), C(throughput.png),
+    C(per-stream.png), C(speedup.png) (matplotlib, Agg), C(compare-run.json) (what the run recorded about each
+    mode, so a later re-render keeps it); and for the run C(index.json) and C(index.md) across hosts.
+  - Runs entirely on the controller (an action plugin); it never connects to a host and never changes a results
+    file the benchmark wrote.
+author:
+  - specbench developers
+options:
+  results_dir:
+    description: Folder holding one sub-folder per run id.
+    type: path
+    required: true
+  run_id:
+    description: The run to compare (a sub-folder of I(results_dir)).
+    type: str
+    required: true
+  hosts:
+    description:
+      - Hosts to compare (sub-folders of the run). Default every sub-folder found.
+      - A host named here with no folder and no outcome is listed in the index as having produced nothing.
+    type: list
+    elements: str
+  baseline:
+    description: The mode the others are held against.
+    type: str
+    default: baseline
+  modes:
+    description:
+      - The modes compared, the baseline among them; the first other one gives the top-level crossover.
+      - Default what the run recorded in C(compare-run.json), else every C(<mode>.json) found.
+    type: list
+    elements: str
+  host_modes:
+    description: Per host, the list of modes compared there (wins over I(modes)).
+    type: dict
+  outcomes:
+    description:
+      - What the run recorded, per host and mode, a dict of dicts of dicts with keys C(status), C(error),
+        C(gpu_before), C(gpu_after); C(status) is C(ok), C(failed), C(skipped), C(teardown_failed), C(missing) or
+        C(unreachable). Saved as C(compare-run.json).
+      - Omitted (a re-render), the saved C(compare-run.json) of each host is used.
+    type: dict
+  plots:
+    description: Render the PNG plots (needs matplotlib on the controller).
+    type: bool
+    default: true
+  dpi:
+    description: Resolution of the plots.
+    type: int
+    default: 100
+  index:
+    description: Write the fleet index C(index.json) and C(index.md) for the run.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+    description: Computes everything and returns it, writes no file.
+  diff_mode:
+    support: none
+  platform:
+    platforms: all
+notes:
+  - The maths lives in C(plugins/module_utils/specbench_compare.py) (standard library only), the rendering in
+    C(plugins/module_utils/specbench_report.py).
+  - SGLang 0.5.23 reads C(--speculative-adaptive-config) as the path of a JSON file whose integer keys each hold
+    an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.
+seealso:
+  - name: The compare playbook
+    description: C(playbooks/compare.yml) runs every mode on every host, then this.
+    link: https://example.invalid/specbench/docs/README-compare.md
+"""
+
+EXAMPLES = r"""
+- name: Compare | Render the report of every host of a run
+  specbench.core.compare_results:
+    results_dir: "{{ playbook_dir }}/../results"
+    run_id: 20260227T182500Z
+  register: compare
+
+- name: Compare | Compare eagle3 and ngram against the baseline on two hosts
+  specbench.core.compare_results:
+    results_dir: /srv/specbench/results
+    run_id: "{{ specbench_run_id }}"
+    hosts: [gpu-node-1, gpu-node-2]
+    modes: [baseline, eagle3, ngram]
+    plots: false
+"""
+
+RETURN = r"""
+hosts:
+  description: Per host, the compact summary (the full one is in summary.json).
+  returned: always
+  type: dict
+  sample:
+    gpu-node-1:
+      status: complete
+      complete: true
+      spec_mode: eagle3
+      crossover_status: crosses
+      crossover_concurrency: 1.31
+      crossover_ci95: [1.12, 1.58]
+      recommendation: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without speculation.
+      speculate_below: 2
+      adaptive_config: {"1": {"candidate_steps": [1, 3, 5, 7]}, "2": {"candidate_steps": [0]}}
+      confounders: 0
+      levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06]}]
+      report: gpu-node-1/report.md
+summaries:
+  description: Per host, the full summary as written to summary.json.
+  returned: always
+  type: dict
+index:
+  description: The fleet index as written to index.json (null with I(index=false)).
+  returned: always
+  type: dict
+files:
+  description: Every file written (in check mode, that would be written).
+  returned: always
+  type: list
+  elements: str
+incomplete_hosts:
+  description: Hosts whose comparison is incomplete or failed.
+  returned: always
+  type: list
+  elements: str
+run_dir:
+  description: The run's folder.
+  returned: always
+  type: str
+warnings:
+  description: Problems that did not stop the report (an unreadable results file, no matplotlib).
+  returned: when any
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True, bypass_checks=True)
+    module.fail_json(
+        msg="specbench.core.compare_results runs on the controller through its action plugin; "
+        "call it as a task (specbench.core.compare_results), not as a module on a host"
+    )
+
+
+if __name__ == "__main__":
+    main()

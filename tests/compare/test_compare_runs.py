@@ -1,0 +1,268 @@
+"""playbooks/compare.yml through ansible-runner, on emulated nodes (real processes, localhost only).
+
+Two runs, each shared by the tests below it:
+
+* ``accuracy_run``: two emulated hosts at once on localhost (two emulators, two ports, two
+  device folders), one on the emulator's default profile (the seeds' Kimi-K2.5 node, crossover
+  near C=1.3), one on the second profile (Llama-3.1-8B on an H100, crossover near C=50).
+  Each host's crossover must match the emulator's analytic model within one level.
+* ``fault_run``: a fleet where every host has its own fault: eagle3 fails to start (its draft
+  does not fit the shared memory fraction), the server crashes mid-sweep, the teardown cannot
+  clean (a GPU holder it must not kill), and a host that cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from compare_kit import free_port, inventory, kill_node_servers, node_vars, run_playbook, shared_run
+from compare_synth import truth_crossover
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+
+pytestmark = pytest.mark.slow
+
+KIMI = "kimi-k2.5-8x-rtx-pro-6000"
+LLAMA = "llama-3.1-8b-1x-h100"
+KIMI_LEVELS = [1, 2, 4]
+LLAMA_LEVELS = [16, 32, 64]
+
+
+def summary(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / host / "summary.json").read_text())
+
+
+def within_one_level(found: dict, truth: float, levels: list[int]) -> bool:
+    """The truth lies inside the crossover's interval widened to the levels around it (one level's step)."""
+    ci = found.get("crossover_ci95") or [None, None]
+    bracket = found.get("crossover_bracket") or [None, None]
+    lo = ci[0] if ci[0] is not None else (bracket[0] if bracket[0] is not None else min(levels))
+    hi = ci[1] if ci[1] is not None else (bracket[1] if bracket[1] is not None else max(levels))
+    lo_ext = max((c for c in levels if c < lo), default=min(levels))
+    hi_ext = min((c for c in levels if c > hi), default=max(levels))
+    return lo_ext <= truth <= hi_ext
+
+
+# ---------------------------------------------------------------------------------------------
+# Accuracy: both profiles, two hosts at once
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def accuracy_run(tmp_path_factory):
+    def build(tmp: Path):
+        nodes = {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
+        hosts = {
+            # A third mode: eagle3-adaptive with the table compare recommends for the model's crossover,
+            # to check it tracks the better of baseline and eagle3.
+            "kimi": node_vars(nodes["kimi"], free_port(), KIMI, 0.25,
+                              compare_modes=["baseline", "eagle3", "eagle3-adaptive"],
+                              sglang_server_adaptive_config=cmp.sglang_adaptive_config(
+                                  cmp.adaptive_table(math.ceil(truth_crossover(KIMI)))),
+                              bench_concurrency=KIMI_LEVELS, bench_warmup_s=1, bench_window_s=3),
+            # Slowed down (time scale 4) so that C=64 stays well inside what two loaded cores can serve.
+            "llama": node_vars(nodes["llama"], free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                               bench_concurrency=LLAMA_LEVELS, bench_input_len=64, bench_output_len=64,
+                               bench_warmup_s=1.5, bench_window_s=3),
+            # A third host, left out by --limit: the run must neither touch nor report it.
+            "left-out": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port()},
+        }
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), limit="kimi,llama",
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "acc"}, timeout=420)
+        finally:
+            for node in nodes.values():
+                kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "compare-accuracy", build)
+    return run, tmp / "results" / "acc", {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
+
+
+def test_compare_runs_every_mode_on_two_hosts_at_once_and_succeeds(accuracy_run):
+    run, run_dir, nodes = accuracy_run
+    assert run.rc == 0, run.stdout[-4000:]
+    for host in ("kimi", "llama"):
+        for name in ("baseline.json", "eagle3.json", "summary.json", "summary.csv", "report.md",
+                     "throughput.png", "per-stream.png", "speedup.png", "adaptive-config.json", "compare-run.json"):
+            assert (run_dir / host / name).is_file(), f"{host}/{name}"
+        outcome = json.loads((run_dir / host / "compare-run.json").read_text())["outcomes"]
+        assert outcome["baseline"]["status"] == outcome["eagle3"]["status"] == "ok"
+        assert outcome["eagle3"]["gpu_before"]["clean"] and outcome["eagle3"]["gpu_after"]["clean"]
+    # Two emulators, two ports, two device folders: each host's server listened on its own port.
+    ports = {json.loads((run_dir / h / "eagle3.json").read_text())["server"]["port"] for h in ("kimi", "llama")}
+    assert len(ports) == 2
+    assert all((node / "emulated-dev").is_dir() for node in nodes.values())
+
+
+@pytest.mark.parametrize(
+    "host, profile, levels, lengths",
+    [("kimi", KIMI, KIMI_LEVELS, (256, 256)), ("llama", LLAMA, LLAMA_LEVELS, (64, 64))],
+)
+def test_crossover_matches_the_emulators_analytic_model_within_one_level(accuracy_run, host, profile, levels, lengths):
+    _, run_dir, _ = accuracy_run
+    found = summary(run_dir, host)
+    truth = truth_crossover(profile, *lengths)
+    assert found["complete"], found["incomplete_reasons"]
+    assert found["crossover_status"] in ("crosses", "never_pays"), found["crossover_text"]
+    assert within_one_level(found, truth, levels), (truth, found["crossover_concurrency"], found["crossover_ci95"])
+    if found["crossover_status"] == "crosses":
+        assert found["speculate_below"] == math.ceil(found["crossover_concurrency"])
+        assert found["adaptive_config"][str(found["speculate_below"])] == {"candidate_steps": [0]}
+
+
+def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(accuracy_run):
+    _, run_dir, _ = accuracy_run
+    for host in ("kimi", "llama"):
+        text = (run_dir / host / "report.md").read_text()
+        assert text.index("## Confounders") < text.index("## Verdict") < text.index("## Plots")
+        assert "![Output throughput](throughput.png)" in text and "![Per-stream decode speed](per-stream.png)" in text
+        assert "**Recommendation**" in text and "--speculative-adaptive-config" in text
+    index = json.loads((run_dir / "index.json").read_text())
+    assert set(index["hosts"]) == {"kimi", "llama"} and index["hosts_complete"] == 2  # not the host --limit left out
+    assert (run_dir / "index.md").is_file()
+
+
+def test_set_stats_carries_the_summary_for_awx(accuracy_run):
+    run, run_dir, _ = accuracy_run
+    stats = run.artifact_stats()["specbench_compare"]
+    assert stats["run_id"] == "acc" and stats["incomplete_hosts"] == []
+    for host in ("kimi", "llama"):
+        assert stats["hosts"][host]["crossover_concurrency"] == summary(run_dir, host)["crossover_concurrency"]
+        assert stats["hosts"][host]["recommendation"].startswith(("Speculate", "Do not"))
+    # ansible-runner keeps the stats event among the run's artifacts, as AWX does.
+    saved = [json.loads(p.read_text()) for p in (run.pdd / "artifacts").glob("*/job_events/*.json")]
+    (stats_event,) = [e for e in saved if e.get("event") == "playbook_on_stats"]
+    assert stats_event["event_data"]["artifact_data"]["specbench_compare"]["run_id"] == "acc"
+
+
+def test_the_recommended_adaptive_table_tracks_the_better_of_the_two_modes(accuracy_run):
+    _, run_dir, _ = accuracy_run
+    found = summary(run_dir, "kimi")
+    assert found["modes"] == ["baseline", "eagle3", "eagle3-adaptive"] and found["spec_mode"] == "eagle3"
+    tracking = found["tracking"]
+    assert tracking["tracks"], tracking
+    assert [row["better_mode"] for row in tracking["levels"]][1:] == ["baseline", "baseline"]
+    assert "eagle3-adaptive against the better mode" in (run_dir / "kimi" / "report.md").read_text()
+
+
+def test_the_server_settings_were_identical_in_both_modes(accuracy_run):
+    _, run_dir, _ = accuracy_run
+    for host in ("kimi", "llama"):
+        found = summary(run_dir, host)
+        kinds = {c["kind"] for c in found["confounders"]}
+        assert "capacity_differs" not in kinds and "mode_failed" not in kinds, found["confounders"]
+        caps = found["servers"]
+        assert caps["baseline"]["capacity"]["max_running_requests"] == caps["eagle3"]["capacity"]["max_running_requests"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The fault matrix, one fleet: a fault per host
+# ---------------------------------------------------------------------------------------------
+FAULT_HOSTS = ("faulty", "dirty", "unreachable")
+
+
+@pytest.fixture(scope="module")
+def fault_run(tmp_path_factory):
+    def build(tmp: Path):
+        nodes = {h: tmp / f"node-{h}" for h in FAULT_HOSTS if h != "unreachable"}
+        quick = {"bench_warmup_s": 0.5, "bench_window_s": 1, "gpu_clean_timeout_s": 5}
+        hosts = {
+            # Three modes. eagle3's draft head needs 1200 MiB more per GPU than the shared 0.74 fraction
+            # leaves, so it cannot start; ngram (no draft model) starts and dies once 10 generation
+            # requests arrived, during its second level (the first sends about 6).
+            "faulty": node_vars(nodes["faulty"], free_port(), compare_modes=["baseline", "eagle3", "ngram"],
+                                sglang_server_mem_fraction_static=0.74, bench_concurrency=[1, 4],
+                                sglang_server_mode_extra_args={"ngram": ["--emulator-crash-after", "10"]}, **quick),
+            # The server's processes are on the never-kill list (as if another tenant's job held the GPUs):
+            # the teardown after baseline cannot clean, so eagle3 must never launch.
+            "dirty": node_vars(nodes["dirty"], free_port(), bench_concurrency=[1],
+                               gpu_never_kill=["nvidia-persistenced", "python3", "python", "sglang::schedul"],
+                               **{**quick, "gpu_clean_timeout_s": 1}),
+            # Nothing listens on this loopback port: SSH cannot connect.
+            "unreachable": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port(),
+                            "ansible_user": "nobody", "ansible_ssh_common_args": "-o ConnectTimeout=3",
+                            "engine": "emulator", "specbench_node_dir": str(tmp / "node-unreachable")},
+        }
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), timeout=420,
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "faults",
+                                           "compare_plots": False})
+        finally:
+            for node in nodes.values():
+                kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "compare-faults", build)
+    return run, tmp / "results" / "faults"
+
+
+def outcomes(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / host / "compare-run.json").read_text())["outcomes"]
+
+
+def test_a_fleet_with_failures_fails_only_after_every_report_is_written(fault_run):
+    run, run_dir = fault_run
+    assert run.rc != 0
+    index = json.loads((run_dir / "index.json").read_text())
+    assert set(index["hosts"]) == set(FAULT_HOSTS)
+    assert index["hosts_complete"] == 0
+    final = [m for _, t, m in run.failures() if "Fail when a mode or a host did not complete" in t]
+    assert final and "Incomplete comparison on" in final[0]
+    stats = run.artifact_stats()["specbench_compare"]
+    assert set(stats["incomplete_hosts"]) == set(FAULT_HOSTS)
+    for host in ("faulty", "dirty"):
+        assert (run_dir / host / "report.md").is_file() and (run_dir / host / "summary.csv").is_file()
+
+
+def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_incomplete_report(fault_run):
+    _, run_dir = fault_run
+    found = summary(run_dir, "faulty")
+    assert found["status"] == "incomplete"
+    assert found["series"]["baseline"][0]["output_tok_per_s"] > 0
+    (reason,) = [r for r in found["incomplete_reasons"] if r.startswith("eagle3")]
+    assert "launch of eagle3" in reason and "memory" in reason.lower()
+    assert not (run_dir / "faulty" / "eagle3.json").exists()
+    # The mode after the one that failed to start still ran.
+    assert outcomes(run_dir, "faulty")["ngram"]["status"] == "failed"
+    assert (run_dir / "faulty" / "ngram.json").is_file()
+    report = (run_dir / "faulty" / "report.md").read_text()
+    assert report.index("**INCOMPLETE**") < report.index("## Confounders")
+
+
+def test_a_crash_mid_sweep_keeps_the_levels_measured_before_it(fault_run):
+    _, run_dir = fault_run
+    spec = json.loads((run_dir / "faulty" / "ngram.json").read_text())
+    measured = [lv for lv in spec["levels"] if lv.get("output_tok_per_s")]
+    assert measured and measured[0]["concurrency"] == 1
+    assert spec["status"] in ("stopped", "complete_with_errors") and spec["error"]
+    found = summary(run_dir, "faulty")
+    ngram = found["comparisons"]["ngram"]
+    assert ngram["levels"][0]["speedup"] is not None
+    kinds = {c["kind"] for c in found["confounders"]}
+    assert {"level_error", "launch"} <= kinds  # the error, and the crash flag recorded as the mode's own argument
+    outcome = outcomes(run_dir, "faulty")["ngram"]
+    assert "sweep of ngram" in outcome["error"] and outcome["gpu_after"]["clean"] is True
+
+
+def test_a_teardown_that_cannot_clean_stops_the_host_before_the_next_mode_launches(fault_run):
+    run, run_dir = fault_run
+    outcome = outcomes(run_dir, "dirty")
+    assert outcome["baseline"]["status"] == "teardown_failed"
+    assert outcome["baseline"]["gpu_after"]["clean"] is False and outcome["baseline"]["gpu_after"]["dirty_gpus"]
+    assert "GPUs not clean" in outcome["baseline"]["teardown_error"]
+    assert outcome["eagle3"]["status"] == "skipped"
+    assert "teardown after baseline could not make the GPUs clean" in outcome["eagle3"]["error"]
+    launches = [t for h, t, _ in run.results("runner_on_ok") if h == "dirty" and "Start the server" in t]
+    assert len(launches) == 1  # baseline only: eagle3 was never launched
+    found = summary(run_dir, "dirty")
+    assert any(c["kind"] == "gpu_not_clean" for c in found["confounders"])
+
+
+def test_an_unreachable_host_does_not_stop_the_others(fault_run):
+    run, run_dir = fault_run
+    assert run.stats()["dark"].get("unreachable")
+    entry = json.loads((run_dir / "index.json").read_text())["hosts"]["unreachable"]
+    assert entry["status"] == "failed"
+    assert any("unreachable" in r for r in entry["incomplete_reasons"])
+    # The others got as far as their faults allowed.
+    assert (run_dir / "faulty" / "ngram.json").is_file() and (run_dir / "dirty" / "baseline.json").is_file()

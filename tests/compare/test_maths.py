@@ -1,0 +1,298 @@
+"""The comparison maths on synthetic results: intervals, the crossover, the advice, confounders."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+from compare_synth import analytic_results, level, log_interp, result
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from sglang_emulator.cli import parse_adaptive_table
+
+
+# ---------------------------------------------------------------------------------------------
+# The ratio interval
+# ---------------------------------------------------------------------------------------------
+def test_ratio_interval_adds_log_half_widths_in_quadrature():
+    ratio, ci = cmp.ratio_ci(110.0, [100.0, 121.0], 100.0, [100 / 1.1, 110.0])
+    assert ratio == pytest.approx(1.1)
+    width = math.sqrt(2) * math.log(1.1)
+    assert ci == pytest.approx([1.1 * math.exp(-width), 1.1 * math.exp(width)])
+    # Asymmetric on the linear scale, symmetric on the log scale.
+    assert math.log(ci[1] / ratio) == pytest.approx(math.log(ratio / ci[0]))
+
+
+def test_ratio_interval_is_missing_without_both_intervals_and_undefined_without_a_baseline():
+    assert cmp.ratio_ci(110.0, None, 100.0, [90.0, 110.0]) == (pytest.approx(1.1), None)
+    assert cmp.ratio_ci(110.0, [100.0, 120.0], 0.0, [0.0, 1.0]) == (None, None)
+    assert cmp.ratio_ci(None, None, 100.0, None) == (None, None)
+    assert cmp.ratio_ci(110.0, [120.0, 100.0], 100.0, [90.0, 110.0])[1] is None  # lo > hi is no interval
+    assert cmp.ratio_ci(True, [1, 2], 1.0, [0.5, 1.5]) == (None, None)
+
+
+def test_ratio_interval_with_a_lower_end_at_zero_uses_the_relative_width():
+    ratio, ci = cmp.ratio_ci(10.0, [0.0, 20.0], 10.0, [9.0, 11.0])
+    assert ratio == 1.0
+    assert ci[0] < 0.5 and ci[1] > 2.0
+
+
+def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time():
+    """Seeded Monte Carlo: two independent normal estimates with 95% z-intervals."""
+    rng = random.Random(7)
+    true_num, true_den, rel_se = 120.0, 100.0, 0.03
+    trials, hits = 4000, 0
+    for _ in range(trials):
+        num = rng.gauss(true_num, true_num * rel_se)
+        den = rng.gauss(true_den, true_den * rel_se)
+        half_n, half_d = 1.96 * true_num * rel_se, 1.96 * true_den * rel_se
+        _, ci = cmp.ratio_ci(num, [num - half_n, num + half_n], den, [den - half_d, den + half_d])
+        hits += ci[0] <= true_num / true_den <= ci[1]
+    assert 0.93 <= hits / trials <= 0.97
+
+
+def test_per_stream_speed_and_tpot_borrow_the_throughput_width_when_the_client_gives_none():
+    lv = level(4, 400.0, rel_half=0.05)
+    figs = cmp.level_figures(lv)
+    assert figs["per_stream"] == pytest.approx(100.0)
+    assert figs["per_stream_ci95"][0] == pytest.approx(100.0 * 0.95 / math.sqrt(0.95 * 1.05), rel=1e-6)
+    assert set(figs["borrowed"]) == {"per_stream", "tpot"}
+    lv["tpot_ms"]["ci95"] = [9.0, 11.0]
+    lv["decode_tok_per_s_per_stream"]["ci95"] = [95.0, 105.0]
+    figs = cmp.level_figures(lv)
+    assert figs["tpot_ms_ci95"] == [9.0, 11.0] and figs["per_stream_ci95"] == [95.0, 105.0]
+    assert figs["borrowed"] == []
+
+
+def test_per_stream_speed_comes_from_tpot_when_the_level_has_no_per_stream_field():
+    lv = level(8, 800.0, per_stream=False)
+    figs = cmp.level_figures(lv)
+    assert figs["per_stream_source"] == "1000 / tpot_ms.mean"
+    assert figs["per_stream"] == pytest.approx(100.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The crossover
+# ---------------------------------------------------------------------------------------------
+def rows(points):
+    return [{"concurrency": c, "speedup": s, "speedup_ci95": ci} for c, s, ci in points]
+
+
+def test_crossover_is_interpolated_on_log_concurrency_with_an_interval_from_the_interval_ends():
+    cross = cmp.crossover(rows([(1, 1.2, [1.15, 1.25]), (2, 1.05, [1.0, 1.1]), (5, 0.9, [0.85, 0.95]), (10, 0.6, [0.55, 0.65])]))
+    assert cross["status"] == "crosses"
+    assert cross["concurrency"] == pytest.approx(log_interp(2, 1.05, 5, 0.9), abs=1e-3)
+    lo, hi = cross["ci95"]
+    assert lo == pytest.approx(log_interp(1, 1.15, 2, 1.0 - 1e-12), abs=1e-2)  # the lower curve reaches 1 at C=2
+    assert hi == pytest.approx(log_interp(2, 1.1, 5, 0.95), abs=1e-3)
+    assert lo < cross["concurrency"] < hi
+    assert cross["bracket"] == [2.0, 5.0]
+    assert "stops paying at concurrency" in cross["text"]
+
+
+def test_speedup_of_exactly_one_still_counts_as_paying():
+    cross = cmp.crossover(rows([(1, 1.0, None), (2, 0.5, None)]))
+    assert cross["status"] == "crosses" and cross["concurrency"] == pytest.approx(1.0)
+
+
+def test_pays_at_every_level_and_never_pays_are_said_as_such_without_a_number():
+    everywhere = cmp.crossover(rows([(1, 2.0, [1.9, 2.1]), (10, 1.5, [1.4, 1.6]), (100, 1.1, [1.05, 1.15])]))
+    assert everywhere["status"] == "pays_everywhere" and everywhere["concurrency"] is None
+    assert everywhere["ci95"] is None and "every level measured, up to C=100" in everywhere["text"]
+    never = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65])]))
+    assert never["status"] == "never_pays" and never["concurrency"] is None
+    assert "never pays" in never["text"] and "C=1" in never["text"]
+
+
+def test_open_interval_ends_are_none_and_named_in_words():
+    # The lower end is below 1 from the first level: the interval is open below.
+    cross = cmp.crossover(rows([(1, 1.02, [0.97, 1.07]), (2, 0.93, [0.9, 0.96])]))
+    assert cross["status"] == "crosses" and cross["ci95"][0] is None
+    assert cross["ci95_text"].startswith("below C=1")
+    # The upper end never drops below 1: open above.
+    cross = cmp.crossover(rows([(10, 1.2, [1.1, 1.3]), (20, 0.98, [0.9, 1.06]), (40, 0.99, [0.92, 1.05])]))
+    assert cross["ci95"][1] is None and cross["ci95_text"].endswith("above C=40")
+    # Even the upper end is below 1 at the first level: never pays, the interval closes there.
+    never = cmp.crossover(rows([(4, 0.5, [0.45, 0.55]), (8, 0.4, [0.35, 0.45])]))
+    assert never["ci95"] == [None, 4.0]
+
+
+def test_a_speedup_that_comes_back_above_one_is_noted():
+    cross = cmp.crossover(rows([(1, 1.2, None), (2, 0.9, None), (5, 1.1, None)]))
+    assert cross["status"] == "crosses"
+    assert any("comes back to 1 or more at C=5" in n for n in cross["notes"])
+    assert any("no interval" in n for n in cross["notes"])
+
+
+def test_no_common_level_gives_an_unknown_crossover():
+    assert cmp.crossover([{"concurrency": 1, "speedup": None}])["status"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    "profile, levels",
+    [
+        ("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5, 10, 30, 70, 100, 250]),
+        ("llama-3.1-8b-1x-h100", [1, 2, 5, 10, 30, 70, 100, 250]),
+        ("llama-3.1-8b-1x-h100", [8, 16, 32, 64, 128]),
+    ],
+)
+def test_crossover_from_the_emulators_analytic_model_lies_in_its_bracket(profile, levels):
+    base, spec, truth = analytic_results(profile, levels)
+    summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run")
+    assert summary["crossover_status"] == "crosses"
+    lo_level, hi_level = summary["crossover_bracket"]
+    assert lo_level <= truth <= hi_level
+    lo, hi = summary["crossover_ci95"]
+    assert (lo or lo_level) <= summary["crossover_concurrency"] <= (hi or hi_level)
+    # Log-linear interpolation between the bracketing levels is close to the model's crossover.
+    assert summary["crossover_concurrency"] == pytest.approx(truth, rel=0.25)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recommendation and the adaptive table
+# ---------------------------------------------------------------------------------------------
+def test_recommendation_and_adaptive_table_turn_speculation_off_from_the_crossover():
+    rec = cmp.recommendation({"status": "crosses", "concurrency": 1.29, "ci95_text": "1.1 to 1.6"}, "eagle3", [1, 2, 5])
+    assert rec["speculate_below"] == 2
+    assert rec["adaptive_table"] == {"1": [1, 3, 5, 7], "2": [0]}
+    assert "below concurrency 2" in rec["text"]
+    rec = cmp.recommendation({"status": "crosses", "concurrency": 51.47, "ci95_text": "-"}, "eagle3", [30, 70])
+    assert rec["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "52": [0]}
+    assert rec["adaptive_config"]["52"] == {"candidate_steps": [0]}
+
+
+def test_recommendation_when_speculation_never_pays_or_always_pays():
+    never = cmp.recommendation({"status": "never_pays", "concurrency": None}, "eagle3", [1, 2, 5])
+    assert never["adaptive_table"] == {"1": [0]} and never["text"].startswith("Do not speculate")
+    always = cmp.recommendation({"status": "pays_everywhere", "concurrency": None}, "eagle3", [1, 10, 250])
+    assert always["speculate_below"] is None
+    assert always["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1]}
+    assert "Add higher levels" in always["text"]
+
+
+@pytest.mark.parametrize("off_from", [1, 2, 8, 52, 300])
+def test_the_adaptive_config_file_parses_in_the_emulator_as_sglang_reads_it(tmp_path, off_from):
+    """The file compare writes (SGLang 0.5.23's format: a path to JSON rows of candidate_steps)."""
+    table = cmp.adaptive_table(off_from)
+    path = tmp_path / "adaptive-config.json"
+    path.write_text(rep.adaptive_config_json(cmp.sglang_adaptive_config(table)))
+    rows = dict(parse_adaptive_table(str(path)))
+    assert rows == {int(bs): tuple(steps) for bs, steps in table.items()}
+    assert rows[off_from] == (0,)
+    assert all(any(s > 0 for s in steps) for bs, steps in rows.items() if bs < off_from)
+
+
+# ---------------------------------------------------------------------------------------------
+# Confounders and the host summary
+# ---------------------------------------------------------------------------------------------
+def seeds_like() -> tuple[dict, dict]:
+    """The seeds' mistakes: 0.88 vs automatic memory fraction, the 48 cap, a saturated client."""
+    base = result("baseline", [level(1, 92.6), level(10, 600.0), level(70, 690.0)],
+                  server={"settings": {"max_running_requests": 512},
+                          "server_info": {"mem_fraction_static": 0.78, "max_running_requests": 512}})
+    spec = result(
+        "eagle3",
+        [level(1, 96.1, accept=2.2), level(10, 290.0, accept=2.2, bottleneck=True),
+         level(70, 340.0, accept=2.2, running=48, queued=22)],
+        server={"settings": {"mem_fraction_static": 0.88}, "max_running_requests": 48,
+                "server_info": {"mem_fraction_static": 0.88, "max_running_requests": 48, "speculative_algorithm": "EAGLE3"}},
+    )
+    return base, spec
+
+
+def test_confounders_name_capacity_differences_the_48_cap_and_a_saturated_client():
+    base, spec = seeds_like()
+    conf = cmp.confounders({"baseline": base, "eagle3": spec}, "baseline")
+    kinds = [c["kind"] for c in conf]
+    assert "capacity_differs" in kinds and "cap_reached" in kinds and "client_saturated" in kinds
+    texts = " ".join(c["text"] for c in conf)
+    assert "mem_fraction_static differs: baseline 0.78, eagle3 0.88" in texts
+    assert "max_running_requests differs: baseline 512, eagle3 48" in texts
+    assert "at most 48 requests (SGLang's default for speculative modes" in texts and "C=70" in texts
+    assert "client was the bottleneck at C=10" in texts
+    # Errors first.
+    severities = [c["severity"] for c in conf]
+    assert severities == sorted(severities, key=lambda s: s != "error")
+
+
+def test_confounders_name_dirty_gpus_level_errors_failed_modes_and_bench_settings():
+    base = result("baseline", [level(1, 100.0), level(2, None, error="C=2: every request failed (10)")],
+                  gpu={"before": {"clean": False, "dirty_gpus": [3]}, "after": {"clean": True}})
+    spec = result("eagle3", [level(1, 110.0, accept=2.0)], settings={"output_len": 128})
+    conf = cmp.confounders({"baseline": base, "eagle3": spec}, "baseline",
+                           {"eagle3": {"status": "failed", "error": "the server exited during startup"}})
+    texts = [c["text"] for c in conf]
+    assert "baseline: the GPUs were not clean before the launch (GPUs 3 not clean)" in texts
+    assert "baseline C=2: C=2: every request failed (10)" in texts
+    assert "eagle3: failed: the server exited during startup" in texts
+    assert "benchmark setting output_len differs: baseline 256, eagle3 128" in texts
+
+
+def test_a_level_with_a_wide_interval_is_flagged_as_noisy():
+    base = result("baseline", [level(1, 100.0), level(64, 4000.0, rel_half=0.19)])
+    spec = result("eagle3", [level(1, 110.0, accept=2.0), level(64, 3600.0, accept=2.0)])
+    (noisy,) = [c for c in cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") if c["kind"] == "noisy"]
+    assert "baseline: the throughput interval is wide at C=64 (+-19%)" in noisy["text"]
+
+
+def test_a_clean_fair_run_has_no_confounders():
+    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    assert cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") == []
+
+
+def test_summary_has_the_fields_awx_and_the_report_rely_on():
+    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run")
+    for key in ("crossover_concurrency", "crossover_ci95", "recommendation", "levels", "confounders", "complete",
+                "speculate_below", "adaptive_config", "series", "comparisons"):
+        assert key in summary
+    assert summary["complete"] and summary["status"] == "complete"
+    first = summary["levels"][0]
+    for key in ("concurrency", "speedup", "speedup_ci95", "per_stream_speedup", "per_stream_speedup_ci95",
+                "tpot_speedup", "tpot_speedup_ci95", "verdict", "baseline", "eagle3"):
+        assert key in first
+    assert first["speedup"] == pytest.approx(96.1 / 92.6, rel=0.01)
+    assert first["tpot_speedup"] == pytest.approx(first["per_stream_speedup"], rel=1e-3)
+    assert json.loads(json.dumps(summary)) == summary  # plain JSON all the way down
+    short = cmp.compact(summary)
+    assert short["levels"][0].keys() == {"concurrency", "speedup", "speedup_ci95"}
+
+
+def test_a_missing_mode_or_lost_levels_mark_the_summary_incomplete_but_keep_what_was_measured():
+    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    spec["levels"] = spec["levels"][:2]  # crashed before C=100
+    spec["error"] = "C=100: the server closed the connection mid-response"
+    summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run", modes=["baseline", "eagle3"])
+    assert summary["status"] == "incomplete"
+    assert summary["levels"][2]["verdict"] == "not measured in speculative"
+    assert summary["levels"][0]["speedup"] > 1
+    only_base = cmp.summarize_host({"baseline": base}, "node", "run", modes=["baseline", "eagle3"],
+                                   outcomes={"eagle3": {"status": "failed", "error": "out of memory at startup"}})
+    assert only_base["status"] == "incomplete" and only_base["crossover_status"] == "unknown"
+    assert "eagle3: failed: out of memory at startup" in only_base["incomplete_reasons"]
+    assert only_base["series"]["baseline"][0]["output_tok_per_s"] > 0
+    nothing = cmp.summarize_host({}, "node", "run", modes=["baseline", "eagle3"])
+    assert nothing["status"] == "failed"
+
+
+def test_the_baseline_must_be_among_the_modes():
+    with pytest.raises(cmp.CompareError, match="baseline mode 'baseline' is not among"):
+        cmp.summarize_host({}, "node", "run", modes=["eagle3", "ngram"])
+
+
+def test_an_adaptive_mode_is_checked_against_the_better_of_the_two():
+    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    adaptive = result("eagle3-adaptive", [
+        level(lv["concurrency"], max(b["output_tok_per_s"], s["output_tok_per_s"]) * 0.99)
+        for lv, b, s in zip(base["levels"], base["levels"], spec["levels"], strict=True)
+    ])
+    summary = cmp.summarize_host({"baseline": base, "eagle3": spec, "eagle3-adaptive": adaptive}, "node", "run",
+                                 modes=["baseline", "eagle3", "eagle3-adaptive"])
+    assert summary["spec_mode"] == "eagle3"
+    assert summary["tracking"]["tracks"] is True
+    assert summary["tracking"]["levels"][0]["better_mode"] == "eagle3"
+    assert summary["tracking"]["levels"][1]["better_mode"] == "baseline"
+    assert set(summary["comparisons"]) == {"eagle3", "eagle3-adaptive"}
