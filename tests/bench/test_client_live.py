@@ -50,7 +50,9 @@ def test_c260_with_two_worker_processes(emulator):
     assert level["error"] is None, level
     assert level["client"]["workers"] == workers
     truth = analytic(emu.base_url, 260, 32, 32)["output_tok_per_s"]
-    assert level["output_tok_per_s"] == pytest.approx(truth, rel=0.04)
+    # 32-token outputs: each stream's turnaround between requests (1-2.5 ms, more on a busy
+    # machine) costs a few %, which the analytic figure does not include.
+    assert level["output_tok_per_s"] == pytest.approx(truth, rel=0.08)
     assert level["requests_failed"] == 0 and level["requests_ok"] > 260
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import ansible_runner
 import yaml
+from specbench_testkit import holders_of  # noqa: F401 - one implementation, re-exported for the compare tests
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -162,25 +163,6 @@ def node_vars(node_dir: Path, port: int, profile: str = "kimi-k2.5-8x-rtx-pro-60
 
 def inventory(hosts: dict[str, dict]) -> dict:
     return {"all": {"hosts": hosts}}
-
-
-def holders_of(device_dir: Path) -> set[int]:
-    real = os.path.realpath(device_dir)
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            for fd in os.listdir(f"/proc/{entry}/fd"):
-                try:
-                    if os.path.dirname(os.readlink(f"/proc/{entry}/fd/{fd}")) == real:
-                        pids.add(int(entry))
-                        break
-                except OSError:
-                    continue
-        except OSError:
-            continue
-    return pids
 
 
 def _starttime(pid: int) -> str | None:

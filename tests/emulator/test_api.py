@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from conftest import EMULATOR, http
+from specbench_testkit import EMULATOR, http
 
 LLAMA = ["--emulator-profile", "llama-3.1-8b-1x-h100"]
 EAGLE3 = ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]
@@ -253,7 +253,7 @@ def test_runs_without_emulated_gpus(tmp_path):
     import os
     import signal
 
-    from conftest import free_port
+    from specbench_testkit import free_port
 
     port = free_port()
     log = tmp_path / "emu.log"

@@ -9,7 +9,7 @@ import socket
 import time
 
 import pytest
-from conftest import holders_of, http
+from specbench_testkit import holders_of, http
 
 from sglang_emulator import gpus
 
