@@ -113,7 +113,11 @@ def test_bench_runs_through_ansible_runner_as_awx_does_and_hands_on_its_stats(tm
         kill_node_servers(node)
     assert run.rc == 0 and run.status == "successful", run.stdout[-3000:]
     (results_file,) = (tmp_path / "results").glob("*/node-a/eagle3.json")
-    assert [lv["concurrency"] for lv in json.loads(results_file.read_text())["levels"]] == [1, 2]
+    results = json.loads(results_file.read_text())
+    assert [lv["concurrency"] for lv in results["levels"]] == [1, 2]
+    # bench.yml records the GPU state the mode started from and left behind.
+    assert results["gpu"]["before"]["clean"] and results["gpu"]["after"]["clean"]
+    assert results["gpu"]["killed_after"], "the teardown after the sweep killed the server"
     # What AWX keeps: the extra vars, the events, the stats event's artifact data.
     artifacts = next((run.pdd / "artifacts").iterdir())
     assert json.loads((run.pdd / "env" / "extravars").read_text())["bench_concurrency"] == "1,2"
