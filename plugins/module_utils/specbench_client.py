@@ -1324,41 +1324,27 @@ class Worker:
         return True
 
     # per-API event handlers: False means an error object
-    def _ev_chat(self, req: Req, obj: dict, t: float):
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0]
-            delta = c0.get("delta")
-            if delta:
-                text = delta.get("content")
-                if "reasoning_content" in delta and delta["reasoning_content"]:
-                    text = (text or "") + delta["reasoning_content"]
-                if text:
-                    k = len(text.split()) or 1
-                    req.ts.append(t)
-                    req.ks.append(k)
-                    if req.first is None:
-                        req.first = t
-            if c0.get("finish_reason"):
-                req.finish = c0["finish_reason"]
-                req.end = t
-        elif "error" in obj or obj.get("object") == "error":
-            return False
-        usage = obj.get("usage")
-        if usage:
-            req.usage_ct = usage.get("completion_tokens")
-            req.prompt_tokens = usage.get("prompt_tokens")
-        return True
+    @staticmethod
+    def _chat_text(choice: dict):
+        delta = choice.get("delta") or {}
+        text = delta.get("content")
+        if delta.get("reasoning_content"):
+            text = (text or "") + delta["reasoning_content"]
+        return text
 
-    def _ev_completions(self, req: Req, obj: dict, t: float):
+    @staticmethod
+    def _completion_text(choice: dict):
+        return choice.get("text")
+
+    def _ev_openai(self, req: Req, obj: dict, t: float, text_of) -> bool:
+        """One OpenAI SSE event (chat or completions, told apart by ``text_of``)."""
         choices = obj.get("choices")
         if choices:
             c0 = choices[0]
-            text = c0.get("text")
+            text = text_of(c0)
             if text:
-                k = len(text.split()) or 1
                 req.ts.append(t)
-                req.ks.append(k)
+                req.ks.append(len(text.split()) or 1)
                 if req.first is None:
                     req.first = t
             if c0.get("finish_reason"):
@@ -1371,6 +1357,12 @@ class Worker:
             req.usage_ct = usage.get("completion_tokens")
             req.prompt_tokens = usage.get("prompt_tokens")
         return True
+
+    def _ev_chat(self, req: Req, obj: dict, t: float):
+        return self._ev_openai(req, obj, t, self._chat_text)
+
+    def _ev_completions(self, req: Req, obj: dict, t: float):
+        return self._ev_openai(req, obj, t, self._completion_text)
 
     def _ev_native(self, req: Req, obj: dict, t: float):
         meta = obj.get("meta_info")
