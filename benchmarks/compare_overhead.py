@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """How much of a compare run's wall time is orchestration.
 
 Runs playbooks/compare.yml (baseline, then eagle3) through ansible-runner, as AWX does,
@@ -57,7 +56,7 @@ def event_times(run) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--levels", default="1,2,5,10", help="concurrency levels (default %(default)s)")
     p.add_argument("--warmup-s", type=float, default=2.0, help="warmup per level (default %(default)s)")
     p.add_argument("--window-s", type=float, default=8.0, help="measurement window per level (default %(default)s)")

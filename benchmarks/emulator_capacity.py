@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Can the emulator serve 250 streams on this machine without becoming the bottleneck?
 
 Starts the emulator (default profile) in baseline and EAGLE-3 modes, drives C streaming
@@ -97,7 +96,7 @@ async def measure(
         }
     ).encode()
     counter, stop = Counter(), asyncio.Event()
-    tasks = [asyncio.create_task(stream_forever("127.0.0.1", port, body, counter, stop)) for _ in range(concurrency)]
+    tasks = [asyncio.create_task(stream_forever("127.0.0.1", port, body, counter, stop)) for _dummy in range(concurrency)]
     await asyncio.sleep(warmup)
     t0, n0, s0 = time.monotonic(), counter.tokens, cpu_seconds(server_pid)
     c0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -143,7 +142,7 @@ def run_mode(name: str, flags: list[str], args) -> None:
         )
         try:
             base = f"http://127.0.0.1:{port}"
-            for _ in range(600):
+            for _dummy in range(600):
                 try:
                     with urllib.request.urlopen(base + "/health_generate", timeout=2) as resp:
                         if resp.status == 200:

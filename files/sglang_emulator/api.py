@@ -231,7 +231,7 @@ class Api:
     async def dispatch(self, req, resp) -> None:
         handler = self.routes.get((req.method, req.path))
         if handler is None:
-            known = any(path == req.path for _, path in self.routes)
+            known = any(route[1] == req.path for route in self.routes)
             resp.send(405 if known else 404, {"detail": "Method Not Allowed" if known else "Not Found"})
             return
         key = self.args.api_key

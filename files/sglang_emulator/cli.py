@@ -156,7 +156,7 @@ def resolve(args: argparse.Namespace) -> dict:
         if table is not None and (algo not in ("EAGLE", "EAGLE3") or topk != 1):
             warnings.append("--speculative-adaptive needs EAGLE or EAGLE3 with topk 1; using static speculative steps.")
             table = None
-        if table is not None and all(steps not in row for _, row in table):
+        if table is not None and all(steps not in row for _dummy, row in table):
             raise StartupError(f"--speculative-num-steps {steps} is not a candidate step of --speculative-adaptive-config")
         constants = prof["spec"][algo]
         spec = SpecConfig(algo, steps, topk, draft, constants["accept_q"], constants["e0"], constants["e1"], table)

@@ -211,7 +211,7 @@ class Engine:
     def _emit(self, req: Request, count: int) -> None:
         count = min(count, req.stop_at - len(req.generated))
         rng = self.rng
-        new_ids = [rng.randrange(len(VOCAB)) for _ in range(count)]
+        new_ids = [rng.randrange(len(VOCAB)) for _dummy in range(count)]
         now = time.monotonic()
         req.generated.extend(new_ids)
         self.metrics.generation_tokens += count

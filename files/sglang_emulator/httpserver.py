@@ -81,7 +81,7 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
             headers = {}
             for line in lines[1:]:
                 if ":" in line:
-                    key, _, value = line.partition(":")
+                    key, _sep, value = line.partition(":")
                     headers[key.strip().lower()] = value.strip()
             length = int(headers.get("content-length") or 0)
             if length > MAX_BODY:

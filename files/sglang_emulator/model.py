@@ -185,15 +185,14 @@ def crossover(
     costs: Costs, spec: SpecConfig, input_len: int, output_len: int, max_running: int, kv_capacity_tokens: int, limit: int = 4096
 ) -> float | None:
     """Smallest concurrency (interpolated on a log scale) where speculation stops paying."""
-    prev = None
+    lo_c, lo_r = 0, 0.0  # the last level where speculation still paid (none yet)
     for c in range(1, limit + 1):
         args = (c, input_len, output_len, max_running, kv_capacity_tokens)
         ratio = steady_state(costs, spec, *args)["output_tok_per_s"] / steady_state(costs, None, *args)["output_tok_per_s"]
         if ratio < 1.0:
-            if prev is None:
-                return None if c == 1 else float(c)
-            lo_c, lo_r = prev
+            if lo_c == 0:
+                return None
             frac = (lo_r - 1.0) / (lo_r - ratio)
             return math.exp(math.log(lo_c) + frac * (math.log(c) - math.log(lo_c)))
-        prev = (c, ratio)
+        lo_c, lo_r = c, ratio
     return math.inf

@@ -16,20 +16,13 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
-from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import CompareError, compact, summarize_host
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
+    ARGUMENT_SPEC,
+    CompareError,
+    compact,
+    summarize_host,
+)
 
-ARGUMENT_SPEC = {
-    "results_dir": {"type": "path", "required": True},
-    "run_id": {"type": "str", "required": True},
-    "hosts": {"type": "list", "elements": "str"},
-    "baseline": {"type": "str", "default": "baseline"},
-    "modes": {"type": "list", "elements": "str"},
-    "host_modes": {"type": "dict"},
-    "outcomes": {"type": "dict"},
-    "plots": {"type": "bool", "default": True},
-    "dpi": {"type": "int", "default": 100},
-    "index": {"type": "bool", "default": True},
-}
 # Files this plugin writes in a host folder: never read back as a mode's results.
 OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json"}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")

@@ -20,7 +20,8 @@ import socket
 import subprocess
 import time
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 from ansible_collections.specbench.core.plugins.module_utils import proc_table
 
@@ -70,7 +71,7 @@ def port_in_use(host: str, port: int) -> bool:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise LaunchError(f"sglang_server_host {host!r} does not resolve on this node: {exc}") from None
-    family, _, _, _, address = infos[0]
+    family, address = infos[0][0], infos[0][4]
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -197,7 +198,7 @@ def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str,
         if proc.returncode != 0:
             raise LaunchError(f"systemd-run could not start unit {unit}: {proc.stderr.strip() or proc.stdout.strip()}")
         pid = 0
-        for _ in range(100):
+        for _dummy in range(100):
             shown = _systemctl_show(unit, ("MainPID", "ActiveState"))
             pid = int(shown.get("MainPID") or 0)
             if pid or shown.get("ActiveState") in ("failed", "inactive"):
@@ -258,9 +259,9 @@ def exited(pid: int | None, starttime: int | None, unit: str | None) -> str | No
 
 def http_get(url: str, timeout: float = 10) -> tuple[int | None, bytes]:
     """(status, body); status None when nothing answers."""
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - http to the node's server
+        # No proxy: the server is on this node, and an http_proxy set for the internet must not see it.
+        with open_url(url, headers={"Accept": "application/json"}, timeout=timeout, use_proxy=False) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
@@ -285,7 +286,7 @@ def wait_ready(base_url: str, pid: int | None, starttime: int | None, unit: str 
                 f"{log_path}:\n{log_tail(log_path, log_offset, tail_lines)}"
             )
         path = order[index]
-        status, _ = http_get(base_url + path, timeout=max(1.0, min(25.0, deadline - time.monotonic())))
+        status = http_get(base_url + path, timeout=max(1.0, min(25.0, deadline - time.monotonic())))[0]
         if status == 200:
             return {"probe": path, "elapsed_s": round(time.monotonic() - started, 3)}
         if status in (404, 405) and index < len(order) - 1:

@@ -46,6 +46,21 @@ import math
 SCHEMA = "specbench.compare/1"
 BASELINE = "baseline"
 
+# The options of compare_results: its action plugin validates them, and its module file (the
+# documentation, which ansible-test checks against this) declares them.
+ARGUMENT_SPEC = {
+    "results_dir": {"type": "path", "required": True},
+    "run_id": {"type": "str", "required": True},
+    "hosts": {"type": "list", "elements": "str"},
+    "baseline": {"type": "str", "default": BASELINE},
+    "modes": {"type": "list", "elements": "str"},
+    "host_modes": {"type": "dict"},
+    "outcomes": {"type": "dict"},
+    "plots": {"type": "bool", "default": True},
+    "dpi": {"type": "int", "default": 100},
+    "index": {"type": "bool", "default": True},
+}
+
 CI_METHOD = (
     "ratio of two independent estimates, delta method on the log scale: each side's 95% interval gives a log "
     "half-width w = (ln hi - ln lo)/2; the ratio's interval is ratio * exp(+-sqrt(w_spec^2 + w_base^2))"
@@ -299,8 +314,8 @@ def crossover(levels: list[dict]) -> dict:
         lows.append((conc, min(ci[0], value)))
         highs.append((conc, max(ci[1], value)))
     kind, point, idx = _first_crossing(pts)
-    lo_kind, lo, _ = _first_crossing(lows)
-    hi_kind, hi, _ = _first_crossing(highs)
+    lo_kind, lo = _first_crossing(lows)[:2]
+    hi_kind, hi = _first_crossing(highs)[:2]
     c_min, c_max = pts[0][0], pts[-1][0]
     if lo_kind == "below":
         lo = None

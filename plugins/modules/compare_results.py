@@ -26,7 +26,9 @@ description:
   - Runs entirely on the controller (an action plugin); it never connects to a host and never changes a results
     file the benchmark wrote.
 author:
-  - specbench developers
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   results_dir:
     description: Folder holding one sub-folder per run id.
@@ -77,11 +79,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Computes everything and returns it, writes no file.
+    details: Computes everything and returns it, writes no file.
   diff_mode:
     support: none
-  platform:
-    platforms: all
+  facts:
+    support: none
 notes:
   - The maths lives in C(plugins/module_utils/specbench_compare.py) (standard library only), the rendering in
     C(plugins/module_utils/specbench_report.py).
@@ -159,9 +161,12 @@ warnings:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import ARGUMENT_SPEC
+
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True, bypass_checks=True)
+    # The options are declared here for the documentation's sake; the action plugin does the work.
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, bypass_checks=True)
     module.fail_json(
         msg="specbench.core.compare_results runs on the controller through its action plugin; "
         "call it as a task (specbench.core.compare_results), not as a module on a host"

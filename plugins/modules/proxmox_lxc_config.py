@@ -19,7 +19,9 @@ description:
     I(unsafe_writes) the file is rewritten in place when an atomic rename is refused.
   - The module M(community.proxmox.proxmox) (API) has no option for raw C(lxc.*) lines.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   path:
     description: The container config, C(/etc/pve/lxc/<vmid>.conf).
@@ -37,10 +39,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports the lines it would add; writes nothing.
+    details: Reports the lines it would add; writes nothing.
   diff_mode:
     support: full
-    description: Shows the config before and after.
+    details: Shows the config before and after.
+  facts:
+    support: none
 seealso:
   - module: community.proxmox.proxmox
 """

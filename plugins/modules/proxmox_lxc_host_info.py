@@ -16,7 +16,9 @@ description:
   - Returns the config lines passthrough needs, for M(specbench.core.proxmox_lxc_config). Each
     missing piece fails with what to do about it. Changes nothing.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   vmid:
     description: The container's VMID.
@@ -54,10 +56,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.proxmox_lxc_config
 """

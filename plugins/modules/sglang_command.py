@@ -19,7 +19,9 @@ description:
     I(mode_overrides) and is returned in C(confounders)."
   - Changes nothing and runs anywhere; the role sglang_server runs it in its preflight.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   engine:
     description: C(sglang) runs C(python -m sglang.launch_server); C(emulator) runs the emulator folder.
@@ -97,10 +99,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Renders only; the same in check mode.
+    details: Renders only; the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.sglang_flags
   - module: specbench.core.sglang_launch

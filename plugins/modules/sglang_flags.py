@@ -17,7 +17,9 @@ description:
     0.5.20, is C(--cuda-graph-max-bs-decode)), and the variable it came from."
   - Imports C(sglang.srt.server_args) only; no GPU, no CUDA initialisation, nothing started.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   engine:
     description: C(sglang) checks SGLang's own parser; C(emulator) the emulator's.
@@ -62,10 +64,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.sglang_command
 """

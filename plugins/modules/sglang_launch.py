@@ -21,7 +21,9 @@ description:
     still runs with another command is refused (tear it down first).
   - Does not wait for readiness; see M(specbench.core.sglang_ready).
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   argv:
     description: The command, interpreter first (as returned by M(specbench.core.sglang_command)).
@@ -68,10 +70,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks the port and the recorded server, reports what it would start, starts nothing.
+    details: Checks the port and the recorded server, reports what it would start, starts nothing.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 notes:
   - The server is not a child Ansible waits for; stop it through the recorded process group or
     unit (role specbench.core.gpu_teardown).

@@ -20,7 +20,9 @@ description:
     with I(extra), the version, the server info and the confounders, rewrites it, and returns it
     as C(record) (the role's C(specbench_server) fact).
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   base_url:
     description: The server's URL as seen from the node, e.g. C(http://127.0.0.1:30000).
@@ -69,10 +71,11 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.sglang_launch
 """

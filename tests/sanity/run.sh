@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# ansible-test sanity on the collection, the suite every Galaxy collection is held to.
+#
+# ansible-test wants the collection at <dir>/ansible_collections/<namespace>/<name>, so this
+# lays out a copy of what the collection ships (files git tracks or would track, less
+# galaxy.yml's build_ignore) under a temporary directory and runs there. Each sanity test
+# gets its own virtual environment (--venv, reused from ~/.ansible/test/venv on later runs)
+# with its pinned linters installed from the package index.
+#
+# Usage: tests/sanity/run.sh [ansible-test sanity options], e.g. --test pylint, or
+#        --keep to leave the copy (its path is printed) for a closer look.
+# Needs: .venv from the README's setup (ansible-core's ansible-test), python3.11 with
+# ensurepip, and the package index (PyPI) reachable. Nothing else from the internet.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+export PATH="$root/.venv/bin:$PATH"
+export PYTHONDONTWRITEBYTECODE=1
+
+keep=0
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--keep" ]; then keep=1; else args+=("$arg"); fi
+done
+
+# ansible-test bootstraps pip into each new venv by running a get-pip script it downloads
+# from ci-files.testing.ansible.com into this cache; that host is not reachable from
+# everywhere the suite runs. Stand in a script that does the same job with what Python and
+# the package index provide: ensurepip, then the exact pip version ansible-test asked for.
+# It receives get-pip's arguments (pip options, pip==<version>, --no-setuptools/--no-wheel).
+# Written only when missing or when it is an older copy of ours; a real get-pip script
+# that is already cached is left alone.
+pip_version=$(python - <<'EOF'
+from ansible_test._internal.python_requirements import get_venv_packages
+from ansible_test._internal.host_configs import NativePythonConfig
+print(get_venv_packages(NativePythonConfig(version="3.11", path="python3.11"))["pip"])
+EOF
+)
+get_pip="$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py"
+marker="# specbench: offline stand-in for get-pip"
+want=$(cat <<EOF
+$marker (written by tests/sanity/run.sh)
+import subprocess
+import sys
+
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+subprocess.run([sys.executable, "-m", "ensurepip", "--default-pip"], check=True, stdout=subprocess.DEVNULL)
+sys.exit(subprocess.run([sys.executable, "-m", "pip", "install", "-q", *args], check=False).returncode)
+EOF
+)
+if [ ! -e "$get_pip" ] || { head -n1 "$get_pip" | grep -qF "$marker" && [ "$(cat "$get_pip")" != "$want" ]; }; then
+  mkdir -p "$(dirname "$get_pip")"
+  printf '%s\n' "$want" >"$get_pip.tmp"
+  mv "$get_pip.tmp" "$get_pip"
+  echo "== sanity: wrote pip $pip_version bootstrap $get_pip"
+fi
+
+# The shipped files: tracked plus untracked-not-ignored, less galaxy.yml's build_ignore
+# (which drops the venv links, collections/ and its link back to this root, results, .ci).
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/specbench-sanity.XXXXXX")
+if [ "$keep" -eq 0 ]; then trap 'rm -rf "$tmp"' EXIT; fi
+dest="$tmp/ansible_collections/specbench/core"
+mkdir -p "$dest"
+git ls-files -z --cached --others --exclude-standard | python -c '
+import fnmatch, os, sys, yaml
+ignore = yaml.safe_load(open("galaxy.yml"))["build_ignore"]
+for path in sys.stdin.read().split("\0"):
+    if not path or not os.path.lexists(path):
+        continue  # deleted in the work tree, not yet in the index
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    if not any(fnmatch.fnmatch(p, pat) for p in prefixes for pat in ignore):
+        sys.stdout.write(path + "\0")
+' | tar -c --null -T - -f - | tar -x -f - -C "$dest"
+[ "$keep" -eq 1 ] && echo "== sanity: copy kept at $dest"
+
+echo "== ansible-test sanity ($(ansible-test --version))"
+cd "$dest"
+exec_rc=0
+ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || exec_rc=$?
+exit $exec_rc
