@@ -17,6 +17,15 @@ root=$PWD
 export PATH="$root/.venv/bin:$PATH"
 export PYTHONDONTWRITEBYTECODE=1
 
+if [ ! -x .venv/bin/ansible-test ]; then
+  echo "tests/sanity/run.sh: no .venv/bin/ansible-test; build the venv first (.ci/run, or the README's setup)" >&2
+  exit 2
+fi
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "tests/sanity/run.sh: $root is not a git work tree; the files to test are the ones git lists, so run it in a clone" >&2
+  exit 2
+fi
+
 keep=0
 args=()
 for arg in "$@"; do
@@ -76,6 +85,8 @@ for path in sys.stdin.read().split("\0"):
 
 echo "== ansible-test sanity ($(ansible-test --version))"
 cd "$dest"
-exec_rc=0
-ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || exec_rc=$?
-exit $exec_rc
+start=$SECONDS
+rc=0
+ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || rc=$?
+echo "== sanity: exit $rc after $((SECONDS - start)) s (ignores: tests/sanity/ignore-2.19.txt)"
+exit $rc
