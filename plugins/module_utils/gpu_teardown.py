@@ -409,8 +409,11 @@ class Teardown:
         if info.pid not in self.targets and info.pid not in self.refused:
             self.skipped.setdefault(info.pid, {**info.as_dict(), "reason": reason, "step": step})
 
-    def _exempt(self, info, step: str) -> bool:
-        """Off limits whatever the scope (records why); False when it may be considered."""
+    def _exempt(self, info, step: str, candidate: bool = True) -> bool:
+        """Off limits whatever the scope (records why); False when it may be considered.
+
+        ``candidate``: the process would be signalled if not exempt (a refusal, not a mere
+        note, when this user may not even look at it)."""
         reason = self.protected.get(info.pid)
         if reason is None and info.pid in self.backend.hidden_pids():
             reason = "not visible in this PID namespace"
@@ -419,8 +422,14 @@ class Teardown:
             if ns is not None and self.namespace is not None and ns != self.namespace:
                 reason = (f"in another PID namespace ({ns}: a container); tear it down inside that container "
                           "(pct exec <vmid>), never from outside")
-            elif ns is None and not self.mine(info):
-                reason = f"another user's process ({info.user}) whose PID namespace cannot be read"
+            elif ns is None and not self.mine(info) and self._user_allowed(info):
+                if candidate:
+                    self._refuse(info, "not_permitted",
+                                 f"{info.user}'s process may not be inspected or signalled by "
+                                 f"{proc_table.user_name(self.uid)} (its PID namespace cannot be read)",
+                                 f"run the teardown as root (become: true) or as {info.user}")
+                    return True
+                reason = f"another user's process ({info.user}) this user may not inspect"
         if reason is None:
             name = never_kill_match(info, self.never_kill)
             if name:
@@ -596,7 +605,7 @@ class Teardown:
             info = table[pid]
             if pid in self.targets or pid in self.refused or pid in self.skipped or info.state in ("Z", "X"):
                 continue
-            if self._exempt(info, "holder"):
+            if self._exempt(info, "holder", candidate=False):
                 continue
             if pid in elsewhere:
                 self._skip(info, "holder", "holds memory only on GPUs outside gpu_devices: left running")
@@ -608,7 +617,7 @@ class Teardown:
         for info in table.values():
             if info.pid in self.targets or info.pid in self.refused or info.pid in self.skipped:
                 continue
-            if info.state in ("Z", "X") or not self.matches(info) or self._exempt(info, "pattern"):
+            if info.state in ("Z", "X") or not self.matches(info) or self._exempt(info, "pattern", candidate=False):
                 continue
             whose = "this user's" if self.mine(info) else f"another user's ({info.user})"
             self._skip(info, "pattern", f"matches the engine's patterns ({whose}) but is not in the recorded tree "

@@ -89,10 +89,13 @@ def main() -> int:
             at = extra.index("--argv0")
             argv0 = extra[at + 1]
             del extra[at : at + 2]
+        # with a title in argv[0], Python cannot find its own prefix from argv[0]: name it
+        env = dict(os.environ, PYTHONHOME=sys.base_prefix) if argv0 != sys.executable else None
         child = subprocess.Popen(
             [argv0, os.path.abspath(__file__), "--tag", args.tag, "--dev", args.dev, *extra],
             executable=sys.executable,
             stdout=subprocess.PIPE,
+            env=env,
         )
         children.append(child)
     for child in children:
