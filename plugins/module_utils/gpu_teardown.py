@@ -313,6 +313,11 @@ def protected(table: dict, me: int | None = None) -> dict[int, str]:
     return reasons
 
 
+def defunct(info: proc_table.ProcInfo) -> bool:
+    """Dead or a zombie holding nothing ("Zl", a defunct leader whose threads run, is alive)."""
+    return info.state == "X" or (info.state == "Z" and info.threads <= 1)
+
+
 def never_kill_match(info: proc_table.ProcInfo, names: list[str]) -> str | None:
     for name in names:
         if name in (info.comm, info.exe_name) or info.comm == name[:15]:
@@ -481,7 +486,7 @@ class Teardown:
                 if getattr(holder, field) != value:
                     continue
             members |= {p for p, i in table.items() if getattr(i, field) == value}
-        infos = [table[p] for p in sorted(members) if table[p].state not in ("Z", "X")]
+        infos = [table[p] for p in sorted(members) if not defunct(table[p])]
         if infos and not genuine and start is None:
             # an old record without a start time: only a group that still looks like the server
             nodes = set(proc_table.expand_nodes(self.device_glob))
@@ -522,7 +527,7 @@ class Teardown:
             explained = False
             for proc in gpu["processes"]:
                 info = table.get(proc["pid"])
-                if info is None or proc["pid"] in hidden or info.state in ("Z", "X"):
+                if info is None or proc["pid"] in hidden or defunct(info):
                     continue
                 wanted = {nodes[gpu["index"]]} if nodes[gpu["index"]] else all_gpu_nodes
                 if proc_table.fds_readable(info.pid) and not proc_table.open_nodes(info.pid, wanted, info.state,
@@ -562,7 +567,7 @@ class Teardown:
         held = proc_table.holders(sorted(wanted), table)
         for pid in sorted(held):
             info = table[pid]
-            if info.state in ("Z", "X") or not self.matches(info):
+            if defunct(info) or not self.matches(info):
                 continue
             if self._exempt(info, "engine-holder"):
                 continue
@@ -576,7 +581,7 @@ class Teardown:
         """Scope node: every process matching the engine's patterns."""
         chosen = []
         for info in table.values():
-            if info.state in ("Z", "X") or not self.matches(info):
+            if defunct(info) or not self.matches(info):
                 continue
             if not self._exempt(info, "pattern"):
                 chosen.append(info)
@@ -603,7 +608,7 @@ class Teardown:
         elsewhere = {p["pid"] for g in gpus if g["index"] not in self.target_gpus for p in g["processes"]}
         for pid in sorted(proc_table.holders(proc_table.expand_nodes(self.device_glob), table)):
             info = table[pid]
-            if pid in self.targets or pid in self.refused or pid in self.skipped or info.state in ("Z", "X"):
+            if pid in self.targets or pid in self.refused or pid in self.skipped or defunct(info):
                 continue
             if self._exempt(info, "holder", candidate=False):
                 continue
@@ -617,7 +622,7 @@ class Teardown:
         for info in table.values():
             if info.pid in self.targets or info.pid in self.refused or info.pid in self.skipped:
                 continue
-            if info.state in ("Z", "X") or not self.matches(info) or self._exempt(info, "pattern", candidate=False):
+            if defunct(info) or not self.matches(info) or self._exempt(info, "pattern", candidate=False):
                 continue
             whose = "this user's" if self.mine(info) else f"another user's ({info.user})"
             self._skip(info, "pattern", f"matches the engine's patterns ({whose}) but is not in the recorded tree "
