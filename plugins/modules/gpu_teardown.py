@@ -101,9 +101,9 @@ options:
       - {script: "(^|/)sglang$", subcommand: "^serve$"}
   server:
     description:
-      - The launched server's record (C(specbench_server)): C(pid), C(pgid), C(starttime) and,
+      - "The launched server's record (C(specbench_server)): C(pid), C(pgid), C(starttime) and,
         if known, C(sid). The tree is only used while the recorded pid has the recorded start
-        time (or, the leader gone, while its group or session still exists).
+        time (or, the leader gone, while its group or session still exists)."
     type: dict
   server_pgid:
     description:
@@ -216,8 +216,8 @@ would_kill:
   elements: dict
 left_alone:
   description:
-    - Processes found but left alone, each with the reason (own process tree, never-kill list,
-      "holding a device node, no memory: left running", another user's, another PID namespace, ...).
+    - "Processes found but left alone, each with the reason (own process tree, never-kill list,
+      C(holding a device node, no memory: left running), another user's, another PID namespace, ...)."
   returned: always
   type: list
   elements: dict
