@@ -368,6 +368,7 @@ class Teardown:
         self.targets: dict[int, dict] = {}  # pid -> {"info", "step", "signals"}
         self.skipped: dict[int, dict] = {}
         self.refused: dict[int, dict] = {}
+        self.problems: list[dict] = []
         self.protected: dict[int, str] = {}
         self.target_gpus: list[int] = []
         self.log: list[str] = []
@@ -749,6 +750,7 @@ class Teardown:
         result["clean"] = clean_at is not None and after["clean"]
         if not result["clean"]:
             result["msg"] = self.failure(after, table)
+            result["problems"] = self.problems
         else:
             result["msg"] = self._summary(result)
         return result
@@ -822,6 +824,7 @@ class Teardown:
             "killed": killed,
             "would_kill": [],
             "refused": sorted(self.refused.values(), key=lambda r: r["pid"]),
+            "problems": self.problems,
             "left_alone": sorted((s for p, s in self.skipped.items() if p not in self.refused),
                                  key=lambda s: s["pid"]),
             "recorded_pgid": self.pgid,
@@ -866,7 +869,21 @@ class Teardown:
         extra = f"; {why}" if why else ""
         return f"pid {pid} (user {info.user}) {text}{extra}: {info.command[:300]}"
 
+    def _kind(self, pid, table) -> str:
+        info = table.get(pid)
+        if info is None:
+            return "not_visible"
+        if pid in self.refused:
+            return self.refused[pid]["kind"]
+        state = self.backend.state_of(pid) or info.state
+        return {"D": "d_state", "Z": "zombie"}.get(state, "alive")
+
+    def _problem(self, kind, text, **fields) -> None:
+        self.problems.append({"kind": kind, **fields, "message": text})
+
     def failure(self, after, table) -> str:
+        """The failure text; each fact in it is also in self.problems, one structured entry each."""
+        self.problems = []
         lines = [
             f"Target GPUs not clean after {self.clean_timeout:g}s (threshold {self.idle_mib} MiB, backend "
             f"{self.backend.name}, scope {self.scope}); do not benchmark on them."
@@ -880,15 +897,19 @@ class Teardown:
         for gpu in after["gpus"]:
             if gpu["index"] not in after["targets"] or not gpu_state.is_dirty(gpu, self.idle_mib):
                 continue
+            index = gpu["index"]
             used = gpu["memory_used_mib"]
             visible = [p for p in gpu["processes"] if p["pid"] in table and p["pid"] not in hidden]
             count = len(gpu["processes"])
-            lines.append(f"GPU {gpu['index']} ({gpu['uuid']}): {used} MiB used, {count} compute process(es).")
+            lines.append(f"GPU {index} ({gpu['uuid']}): {used} MiB used, {count} compute process(es).")
             for proc in gpu["processes"]:
                 why = (self.refused.get(proc["pid"]) or self.skipped.get(proc["pid"]) or {}).get("reason", "")
-                lines.append(f"  {self.describe(proc['pid'], table, why)}")
+                text = self.describe(proc["pid"], table, why)
+                lines.append(f"  {text}")
+                self._problem(self._kind(proc["pid"], table), text, gpu=index, pid=proc["pid"],
+                              mib=proc.get("used_memory_mib"))
             attributed = sum(p["used_memory_mib"] or 0 for p in visible)
-            node_holders = [pid for pid, h in holders.items() if nodes.get(gpu["index"]) in h["nodes"]]
+            node_holders = [pid for pid, h in holders.items() if nodes.get(index) in h["nodes"]]
             unexplained = (used or 0) - attributed
             if not visible and (used or 0) > self.idle_mib:
                 if node_holders:
@@ -896,15 +917,27 @@ class Teardown:
                     for pid in node_holders:
                         why = (self.refused.get(pid) or self.skipped.get(pid) or {}).get("reason", "")
                         lines.append(f"    {self.describe(pid, table, why)}")
+                    self._problem("unattributed", f"GPU {index}: {used} MiB used: {UNATTRIBUTED_ADVICE}", gpu=index,
+                                  mib=used, holders=node_holders)
                 else:
                     lines.append(f"  {used} MiB with no process visible here: {OUTSIDE_ADVICE}.")
+                    self._problem("outside_namespace", f"GPU {index}: {used} MiB with no process visible here: "
+                                  f"{OUTSIDE_ADVICE}", gpu=index, mib=used)
             elif (all(p["used_memory_mib"] is not None for p in visible) and unexplained > self.idle_mib
                   and not node_holders):
                 lines.append(f"  {unexplained} MiB not attributable to a visible process: {OUTSIDE_ADVICE}.")
+                self._problem("outside_namespace", f"GPU {index}: {unexplained} MiB not attributable to a visible "
+                              f"process: {OUTSIDE_ADVICE}", gpu=index, mib=unexplained)
         survivors = sorted(p for p, t in self.targets.items() if self._alive(p))
         listed = {p["pid"] for g in after["gpus"] for p in g["processes"]}
         for pid in survivors:
             if pid in listed:
                 continue
-            lines.append(f"Still alive after SIGKILL: {self.describe(pid, table)}")
+            text = self.describe(pid, table)
+            lines.append(f"Still alive after SIGKILL: {text}")
+            self._problem(self._kind(pid, table), text, pid=pid)
+        for pid, entry in sorted(self.refused.items()):
+            if not any(p.get("pid") == pid for p in self.problems):
+                self._problem(entry["kind"], f"pid {pid} (user {entry['user']}): {entry['reason']}. Fix: {entry['fix']}.",
+                              pid=pid)
         return "\n".join(lines)

@@ -190,6 +190,21 @@ refused:
       reason: "another user's process (alice) holds 20000 MiB on target GPU 0; it is never killed by default"
       fix: "stop it as its owner, or set gpu_kill_other_users: true to let the teardown kill it"
       gpus: [0]
+problems:
+  description:
+    - When the target GPUs are not clean, one entry per reason, each with C(kind) (C(d_state),
+      C(zombie), C(alive), C(other_user), C(not_permitted), C(unattributed),
+      C(outside_namespace), C(not_visible)), C(message) and where known C(gpu), C(pid), C(mib).
+      Empty when clean.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - kind: d_state
+      gpu: 0
+      pid: 31337
+      mib: 30000
+      message: "pid 31337 (user root) stuck in the driver (state D): ..."
 killed:
   description:
     - Each process signalled, with the step that found it (launched, memory, pattern, holder)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +32,8 @@ class Container:
     """A fake Proxmox host's container 129 with a PID namespace of its own."""
 
     def __init__(self, lab: Lab):
+        if not shutil.which("nsenter"):
+            pytest.skip("nsenter (Debian package util-linux) is not installed: the fake pct enters containers with it")
         self.lab = lab
         self.pve = lab.tmp / "pve"
         subprocess.run([sys.executable, str(FAKES / "fake_proxmox.py"), str(self.pve), "--vmid", VMID, "--running"],

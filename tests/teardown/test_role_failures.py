@@ -37,6 +37,8 @@ def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
     killed = {k["pid"]: k for k in res["killed"]}
     assert killed[stuck.pid]["signals"] == ["SIGTERM", "SIGKILL"] and not killed[stuck.pid]["exited"]
     assert killed[server.pid]["exited"] and killed[workers[0]]["exited"]
+    problems = {p["kind"]: p for p in res["problems"]}
+    assert problems["d_state"]["pid"] == stuck.pid and problems["d_state"]["gpu"] == 0
     # the facts were recorded before the play failed
     fact = play.fact("specbench_gpu")
     assert fact["clean"] is False and fact["after"]["dirty_gpus"] == [0]
@@ -53,6 +55,7 @@ def test_memory_outside_the_namespace_is_reported_with_host_advice(lab, tmp_path
     assert "12001 MiB with no process visible here: held outside this PID namespace" in fail
     assert "from inside it (pct exec <vmid>" in fail
     assert res["killed"] == []  # it cannot see the holder, so it signals nobody
+    assert [(p["kind"], p["gpu"], p["mib"]) for p in res["problems"]] == [("outside_namespace", 1, 12001)]
     assert all(h["pid"] != hidden.pid for h in res["after"]["holders"])
     assert proc_table.alive(hidden.pid)
 
@@ -76,4 +79,6 @@ def test_memory_the_driver_cannot_attribute_is_not_called_outside(lab, tmp_path)
     assert "the driver attributes it to no process here" in fail
     assert f"pid {other.pid} (user root)" in fail and "holding a device node, no memory" in fail
     assert "held outside this PID namespace" not in fail
+    (problem,) = res["problems"]
+    assert (problem["kind"], problem["gpu"], problem["holders"]) == ("unattributed", 1, [other.pid])
     assert proc_table.alive(other.pid) and not proc_table.alive(engine.pid)
