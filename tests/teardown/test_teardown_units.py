@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_state, gpu_teardown, proc_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def info(pid, ppid, cmdline, comm="python", state="S", pgid=None):
@@ -113,10 +117,14 @@ def test_vllm_titles_and_entry_points():
 
 def test_emulator_patterns_are_scoped_to_one_device_folder():
     mine = "/srv/node-a/emulated-dev"
-    patterns = [{"title": "^sglang::", "args": re.escape(mine)},
-                {"script": r"(^|/)sglang_emulator(/__main__\.py)?$", "args": re.escape(mine)},
-                {"module": "^sglang_emulator", "args": re.escape(mine)}]
+    # the role's data: gpu_emulator_folder_pattern is the escaped folder plus this boundary
+    defaults = yaml.safe_load((ROOT / "roles" / "gpu_teardown" / "defaults" / "main.yml").read_text())
+    folder = re.escape(mine) + defaults["gpu_emulator_folder_pattern"].rsplit("}}", 1)[1]
+    patterns = [{**p, "args": folder} for p in defaults["gpu_engine_kill_patterns"]["emulator"]]
     hit = matcher(patterns)
+    longer = mine + "-2"  # another node's folder that starts with this one's path
+    assert not hit(["python3", "/srv/node-a/sglang_emulator", "--emulator-device-dir", longer])
+    assert not hit(["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", json.dumps({"device_dir": longer})])
     assert hit(["python3", "/srv/node-a/sglang_emulator", "--emulator-device-dir", mine])
     assert hit(["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", json.dumps({"device_dir": mine})],
                comm="sglang::schedul")
