@@ -271,6 +271,20 @@ def _mib(field: str) -> int | None:
         return None  # [N/A], [Not Supported], [Insufficient Permissions]
 
 
+def minors_by_uuid(root: str = "/proc/driver/nvidia/gpus") -> dict[str, int]:
+    """{GPU UUID: device minor} from the driver's per-GPU information files (nvidia-smi has no
+    query field for the minor number, which names the GPU's /dev/nvidia<minor> node)."""
+    found = {}
+    for path in glob.glob(os.path.join(root, "*", "information")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+            found[fields["GPU UUID"].strip()] = int(fields["Device Minor"].strip())
+        except (OSError, KeyError, ValueError):
+            continue
+    return found
+
+
 class NvidiaSmiBackend(Backend):
     """nvidia-smi's CSV queries (the same ones SGLang's killall uses)."""
 
@@ -336,6 +350,7 @@ class NvidiaSmiBackend(Backend):
             self.gpu_fields = self.GPU_FIELDS.replace(",memory.reserved", "")
             rows = self._query("gpu", self.gpu_fields)
         has_reserved = "memory.reserved" in self.gpu_fields
+        minors = minors_by_uuid()
         if not rows:
             raise GpuStateError("no_gpu", no_gpu_message(f"{self.binary} lists no GPU"))
         apps: dict[str, list[dict]] = {}
@@ -351,10 +366,12 @@ class NvidiaSmiBackend(Backend):
                 index, uuid, name, used, total, driver = (row + [""] * 6)[:6]
                 reserved = "0"
             self.driver_version = driver or self.driver_version
+            minor = minors.get(uuid)
             gpus.append(
                 gpu_record(
                     index, uuid, name, used=_mib(used), total=_mib(total), reserved=_mib(reserved) or 0,
                     processes=sorted(apps.get(uuid, []), key=lambda p: p["pid"]),
+                    node=None if minor is None else f"/dev/nvidia{minor}",
                 )
             )
         return gpus
@@ -363,11 +380,13 @@ class NvidiaSmiBackend(Backend):
 class EmulatedBackend(Backend):
     """The emulator's GPUs in a device folder; see docs/CONTRACTS.md for the records.
 
-    Two record fields simulate what only a real node can show (CONTRACTS.md, "Emulated
+    Three record fields simulate what only a real node can show (CONTRACTS.md, "Emulated
     teardown cases"): ``emulated_state: "D"`` (the process is stuck in the driver: reported
-    in state D, signals to it do not take effect) and ``outside_namespace: true`` (the
+    in state D, signals to it do not take effect), ``outside_namespace: true`` (the
     process stands for one in another PID namespace: its memory counts on the GPU but it is
-    listed neither as a compute process nor as a holder, and cannot be signalled).
+    listed neither as a compute process nor as a holder, and cannot be signalled) and
+    ``unlisted: true`` (a driver that cannot attribute memory to this namespace's processes:
+    the memory counts, the process holds the node visibly, but no compute process is listed).
     """
 
     name = "emulated"
@@ -429,7 +448,12 @@ class EmulatedBackend(Backend):
             info = proc_table.read_proc(pid)
             if info is None or info.starttime != rec.get("starttime") or info.state in ("Z", "X"):
                 continue
-            held = proc_table.open_nodes(pid, set(nodes.values()))
+            if proc_table.fds_readable(pid):
+                held = proc_table.open_nodes(pid, set(nodes.values()))
+            else:
+                # another user's process read by a non-root user: the driver sees its memory
+                # whatever this reader may look at, so the record counts as it stands
+                held = set(nodes.values())
             counted = False
             for index, mib in (rec.get("memory_mib") or {}).items():
                 gpu = gpus.get(int(index))
@@ -437,7 +461,7 @@ class EmulatedBackend(Backend):
                     continue
                 gpu["memory_used_mib"] += int(mib)
                 counted = True
-                if not rec.get("outside_namespace"):
+                if not rec.get("outside_namespace") and not rec.get("unlisted"):
                     gpu["processes"].append({"pid": pid, "used_memory_mib": int(mib)})
             if rec.get("outside_namespace"):
                 hidden.add(pid)
@@ -501,6 +525,7 @@ def holder_record(info: proc_table.ProcInfo, nodes: list[str], backend: Backend)
     state = backend.state_of(info.pid) or info.state
     return {
         "pid": info.pid,
+        "user": info.user,
         "name": info.comm,
         "cmdline": info.command,
         "state": state,
@@ -509,9 +534,44 @@ def holder_record(info: proc_table.ProcInfo, nodes: list[str], backend: Backend)
     }
 
 
-def read_state(backend: Backend, device_glob: str, idle_mib: int | None = None, table=None) -> dict:
-    """The gpu_state facts: GPUs (memory, compute processes) and the holders of the nodes."""
-    gpus = backend.read_gpus()
+def resolve_devices(gpus: list[dict], devices) -> list[int]:
+    """The indexes of the GPUs that ``devices`` (indexes or UUIDs; empty: all) names."""
+    every = [g["index"] for g in gpus]
+    if not devices or not gpus:
+        return every
+    if not isinstance(devices, list):
+        devices = [devices]
+    chosen = []
+    known = ", ".join(f"{g['index']} ({g['uuid']})" for g in gpus)
+    for item in devices:
+        text = str(item).strip()
+        if text.isdigit():
+            index = int(text)
+            found = [i for i in every if i == index]
+        else:
+            found = [g["index"] for g in gpus if g["uuid"] and g["uuid"].lower() == text.lower()]
+            if not found and len(text) >= 8:
+                found = [g["index"] for g in gpus if g["uuid"] and g["uuid"].lower().startswith(text.lower())]
+        if len(found) != 1:
+            raise GpuStateError(
+                "bad_input",
+                f"gpu_devices names {item!r}, which is not one GPU of this node: it has {known}. Use indexes or "
+                "UUIDs from that list (nvidia-smi -L), or leave gpu_devices empty for every GPU.",
+            )
+        if found[0] not in chosen:
+            chosen.append(found[0])
+    return sorted(chosen)
+
+
+def read_state(backend: Backend, device_glob: str, idle_mib: int | None = None, table=None, devices=None,
+               gpus=None) -> dict:
+    """The gpu_state facts: GPUs (memory, compute processes) and the holders of the nodes.
+
+    ``devices`` (indexes or UUIDs) names the target GPUs: ``clean`` and ``dirty_gpus`` cover
+    exactly those; every GPU is still listed.
+    """
+    gpus = backend.read_gpus() if gpus is None else gpus
+    targets = resolve_devices(gpus, devices)
     hidden = backend.hidden_pids()
     table = proc_table.snapshot() if table is None else table
     nodes = proc_table.expand_nodes(device_glob)
@@ -522,17 +582,19 @@ def read_state(backend: Backend, device_glob: str, idle_mib: int | None = None, 
             info = table.get(proc["pid"])
             proc["name"] = info.comm if info else None
             proc["cmdline"] = info.command if info else None
+            proc["user"] = info.user if info else None
     state = {
         "backend": backend.name,
         "driver_version": backend.driver_version,
         "device_glob": device_glob,
         "nodes": nodes,
         "gpus": gpus,
+        "targets": targets,
         "holders": holders,
     }
     if idle_mib is not None:
         state["idle_mib"] = idle_mib
-        state["dirty_gpus"] = [g["index"] for g in gpus if is_dirty(g, idle_mib)]
+        state["dirty_gpus"] = [g["index"] for g in gpus if g["index"] in targets and is_dirty(g, idle_mib)]
         state["clean"] = not state["dirty_gpus"]
     return state
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import signal
 import stat as stat_mod
 
@@ -33,10 +34,11 @@ STATE_TEXT = {
 class ProcInfo:
     """One process as read from /proc/<pid>/stat, cmdline and comm."""
 
-    __slots__ = ("cmdline", "comm", "pgid", "pid", "ppid", "sid", "starttime", "state", "threads")
+    __slots__ = ("cmdline", "comm", "pgid", "pid", "ppid", "sid", "starttime", "state", "threads", "uid")
 
-    def __init__(self, pid, *, comm, state, ppid, pgid, sid, threads, starttime, cmdline):
+    def __init__(self, pid, *, comm, state, ppid, pgid, sid, threads, starttime, cmdline, uid=None):
         self.pid = pid
+        self.uid = uid
         self.comm = comm
         self.state = state
         self.ppid = ppid
@@ -58,6 +60,11 @@ class ProcInfo:
             return os.path.basename(self.cmdline[0])
         return self.comm
 
+    @property
+    def user(self) -> str:
+        """The owner's user name (real uid), or the uid as text when it has no name."""
+        return user_name(self.uid)
+
     def gone(self) -> bool:
         """True once this process (same starttime) has exited or is a zombie."""
         return not alive(self.pid, self.starttime)
@@ -70,6 +77,7 @@ class ProcInfo:
             "name": self.comm,
             "state": self.state,
             "cmdline": self.command,
+            "user": self.user,
         }
 
 
@@ -110,8 +118,49 @@ def read_proc(pid: int) -> ProcInfo | None:
         cmdline.pop()
     return ProcInfo(
         pid, comm=comm, state=state, ppid=ppid, pgid=pgid, sid=sid, threads=threads, starttime=starttime,
-        cmdline=cmdline,
+        cmdline=cmdline, uid=read_uid(pid),
     )
+
+
+def read_uid(pid) -> int | None:
+    """The real uid of pid (first field of the Uid: line of /proc/<pid>/status)."""
+    raw = _read(f"{PROC}/{pid}/status")
+    if raw is None:
+        return None
+    for line in raw.decode("utf-8", "replace").splitlines():
+        if line.startswith("Uid:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def user_name(uid: int | None) -> str:
+    if uid is None:
+        return "unknown"
+    try:
+        import pwd  # noqa: PLC0415 (POSIX only; imported where used)
+
+        return pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        return str(uid)
+
+
+def pid_namespace(pid) -> str | None:
+    """The PID namespace of pid ('pid:[4026531836]'), or None when it cannot be read."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def exe_path(pid) -> str | None:
+    """/proc/<pid>/exe (readable for one's own processes, or as root), or None."""
+    try:
+        return os.readlink(f"{PROC}/{pid}/exe")
+    except OSError:
+        return None
 
 
 def pids() -> list[int]:
@@ -205,6 +254,17 @@ def _list(path: str) -> list[str]:
         return []
 
 
+def fds_readable(pid: int) -> bool:
+    """False when /proc/<pid>/fd exists but may not be read (another user's process, not root)."""
+    try:
+        os.listdir(f"{PROC}/{pid}/fd")
+    except PermissionError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def open_nodes(pid: int, nodes: set[str], state: str | None = None, threads: int = 1) -> set[str]:
     """Which of nodes (real paths) pid holds open, through any of its descriptors."""
     held = set()
@@ -243,30 +303,96 @@ def is_char_device(path: str) -> bool:
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
 
-def send_signal(pid: int, start: int, sig: int) -> bool:
-    """Signal the process (pid, start) and nobody else; False when it is already gone.
+SENT, GONE, NOT_PERMITTED = "sent", "gone", "not permitted"
+
+
+def send_signal(pid: int, start: int, sig: int) -> str:
+    """Signal the process (pid, start) and nobody else: SENT, GONE or NOT_PERMITTED.
 
     A pidfd pins the process, so the starttime check and the signal concern one and the
-    same process even if the pid is reused in between.
+    same process even if the pid is reused in between. A process of another user that this
+    one may not signal gives NOT_PERMITTED (EPERM), never an exception.
     """
     pidfd = None
     if hasattr(os, "pidfd_open"):
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
-            return False
+            return GONE
         except OSError:
             pidfd = None
     try:
         if starttime(pid) != start:
-            return False
+            return GONE
         if pidfd is not None:
             signal.pidfd_send_signal(pidfd, sig)
         else:
             os.kill(pid, sig)
-        return True
+        return SENT
     except ProcessLookupError:
-        return False
+        return GONE
+    except PermissionError:
+        return NOT_PERMITTED
     finally:
         if pidfd is not None:
             os.close(pidfd)
+
+
+# --------------------------------------------------------------------------- what a process is
+
+PYTHON = re.compile(r"^(python|pypy)[0-9.]*$")
+INTERPRETERS = re.compile(r"^((python|pypy|perl|ruby|node)[0-9.]*|bash|sh|dash|zsh|ksh)$")
+# interpreter options that take a value (python -W x, -X y; perl -I dir; bash -o opt)
+OPTIONS_WITH_VALUE = {"-W", "-X", "-Q", "-I", "-o", "-O", "--rcfile", "--init-file"}
+
+
+def identity(info: ProcInfo, exe: str | None = None) -> dict:
+    """What a process is, from its command line, never its free-form arguments.
+
+    ``title``: the process title (argv[0], or its first word where a title set over the whole
+    argv area reads as one string: ``sglang::scheduler_TP0``, ``VLLM::EngineCore``);
+    ``comm``: the kernel's 15-character name; ``program``: the basename of argv[0];
+    ``module``: what ``python -m`` runs; ``script``: the script an interpreter runs (not a
+    ``-c`` string); ``subcommand``: the first argument after that script (``sglang serve``).
+    """
+    argv = list(info.cmdline)
+    if len(argv) == 1 and " " in argv[0]:
+        argv = argv[0].split()
+    title = argv[0] if argv else ""
+    program = os.path.basename(title) if argv else info.comm
+    exe_base = os.path.basename(exe) if exe else ""
+    is_python = bool(PYTHON.match(program) or PYTHON.match(exe_base))
+    module = script = subcommand = None
+    if is_python or INTERPRETERS.match(program):
+        i = 1
+        while i < len(argv):
+            arg = argv[i]
+            if is_python and arg == "-m":
+                module = argv[i + 1] if i + 1 < len(argv) else None
+                break
+            if is_python and arg.startswith("-m") and not arg.startswith("--"):
+                module = arg[2:]
+                break
+            if arg == "-c" or (arg.startswith("-") and not arg.startswith("--") and arg.endswith("c") and
+                               not is_python and len(arg) > 1):
+                break  # a command string (python -c, bash -c, sh -ec): neither a script nor a module
+            if arg in OPTIONS_WITH_VALUE:
+                i += 2
+                continue
+            if arg.startswith("-"):
+                i += 1
+                continue
+            script = arg
+            after = argv[i + 1 : i + 2]
+            subcommand = after[0] if after and not after[0].startswith("-") else None
+            break
+    elif len(argv) > 1 and not argv[1].startswith("-"):
+        subcommand = argv[1]
+    return {
+        "title": title,
+        "comm": info.comm,
+        "program": program,
+        "module": module,
+        "script": script,
+        "subcommand": subcommand,
+    }

@@ -36,6 +36,13 @@ options:
       - For C(emulated), the glob's folder is the emulated device folder.
     type: str
     default: /dev/nvidia*
+  devices:
+    description:
+      - The target GPUs (indexes or UUIDs; empty for all). C(clean) and C(dirty_gpus) cover exactly
+        these; every GPU is still listed.
+    type: list
+    elements: raw
+    default: []
   nvidia_smi:
     description: The nvidia-smi binary (name on PATH or path) for the C(nvidia-smi) backend.
     type: str
@@ -46,16 +53,16 @@ options:
         (C(clean) and C(dirty_gpus) in the result). Idle H100/H200 read 0 to 4 MiB.
     type: int
     default: 64
+extends_documentation_fragment: [specbench.core.attributes]
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
   facts:
     support: full
-    description: Sets the fact C(gpu_state).
+    details: Sets the fact C(gpu_state).
 notes:
   - Holders are found through C(/proc/<pid>/fd) like C(fuser -v); processes in another PID
     namespace (the Proxmox host, another container) are invisible from inside a container.
@@ -110,7 +117,7 @@ gpu_state:
           node: /dev/nvidia0
           processes: []
     holders:
-      description: Every process holding a device node open, with pid, name, cmdline, state, state_text, nodes.
+      description: Every process holding a device node open, with pid, user, name, cmdline, state, state_text, nodes.
       type: list
       elements: dict
       sample:
@@ -124,8 +131,12 @@ gpu_state:
       description: The device nodes the glob expanded to.
       type: list
       elements: str
+    targets:
+      description: Indexes of the target GPUs (I(devices); all when empty).
+      type: list
+      elements: int
     clean:
-      description: Every GPU at or under I(idle_mib) with no compute process.
+      description: Every target GPU at or under I(idle_mib) with no compute process.
       type: bool
     dirty_gpus:
       description: Indexes of the GPUs that are not clean.
@@ -148,6 +159,7 @@ def main():
         argument_spec={
             "backend": {"type": "str", "default": "auto", "choices": list(BACKENDS)},
             "device_glob": {"type": "str", "default": "/dev/nvidia*"},
+            "devices": {"type": "list", "elements": "raw", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "idle_mib": {"type": "int", "default": 64},
         },
@@ -159,7 +171,7 @@ def main():
     try:
         backend = open_backend(p["backend"], p["device_glob"], p["nvidia_smi"])
         try:
-            state = read_state(backend, p["device_glob"], p["idle_mib"])
+            state = read_state(backend, p["device_glob"], p["idle_mib"], devices=p["devices"])
         finally:
             backend.close()
     except GpuStateError as exc:

@@ -6,23 +6,36 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpu_teardown
-short_description: Kill whatever holds the NVIDIA GPUs and prove them clean
+short_description: Kill what holds the NVIDIA GPUs (only what is this project's) and prove them clean
 version_added: "0.1.0"
 description:
-  - "The seeds' C(pkill) and C(fuser -k /dev/nvidia*) done safely and provably, in this order:
-    the recorded server process group (SIGTERM, wait); its survivors and processes whose full
-    command line matches I(kill_patterns) (SIGTERM, wait, SIGKILL, wait); holders of the
-    device nodes in I(device_glob) (SIGTERM, wait, SIGKILL, wait); then polling memory on every
-    GPU every I(poll_interval_s) until each is at or under I(idle_mib) and lists no compute
+  - "The seeds' C(pkill) and C(fuser -k /dev/nvidia*), done safely and provably. With
+    I(kill_scope=own) (the default) a process is signalled only if it is (a) in the process tree
+    this project launched (the recorded server's pid and start time, its process group and
+    session), (b) holding memory on a target GPU (the driver's compute processes, verified
+    against the GPU's device node it holds), or (c) on a target GPU whose memory the driver
+    attributes to no visible process, holding that GPU's node and matching I(kill_patterns);
+    and in every case owned by the user the module runs as."
+  - "Another user's process holding memory on a target GPU is never killed unless
+    I(kill_other_users): the module fails naming its pid, user and command line and the variable
+    that allows it. Holders of the device nodes without memory (nvtop, nvidia-smi, exporters,
+    the MPS control daemon) are reported in C(left_alone) as left running."
+  - "I(kill_scope=node) is the seeds' behaviour for dedicated nodes: every process matching
+    I(kill_patterns) and every holder of a target GPU's nodes (and of the shared nodes, unless it
+    holds only other GPUs), whoever owns it, except I(never_kill)."
+  - "Order: the launched tree (SIGTERM, wait); its survivors and the processes found above
+    (SIGTERM, wait, SIGKILL, wait); a fresh look the same way; then polling the target GPUs
+    every I(poll_interval_s) until each is at or under I(idle_mib) and lists no compute
     process. Every wait has a deadline; there is no fixed sleep."
   - "Never signals its own process, its children, its ancestors (the Ansible worker,
-    ansible-playbook), the rest of the Ansible controller's process tree, Ansible programs
-    whose command lines match a pattern through C(-e) text, the I(never_kill) list, or
-    processes it cannot see. Signals go through a pidfd after checking the start time."
-  - "Fails when the GPUs are not clean by the deadline, naming each GPU's memory and each
-    surviving holder with pid, state and command line: a process in state D is called out as
-    needing a GPU reset or a reboot; memory with no visible process is reported as held outside
-    this PID namespace, with the advice to run the teardown on the Proxmox host."
+    ansible-playbook), the rest of the Ansible controller's process tree, Ansible programs, the
+    I(never_kill) list, processes it cannot see, or processes in another PID namespace (run
+    through C(pct exec) it reaches only its container; run on the Proxmox host it leaves every
+    container alone). Signals go through a pidfd after checking the start time."
+  - "Every refusal and failure is a result, never a traceback: C(refused) lists another user's
+    memory holders, signals the kernel did not permit; on a deadline it fails naming each GPU's
+    memory and each survivor with pid, user, state and command line (state D needs a GPU reset
+    or a reboot; memory that no visible process explains is held outside this PID namespace)."
   - C(changed) only when it signalled something. In check mode it lists in C(would_kill) what
     it would signal and signals nothing.
 author:
@@ -34,9 +47,16 @@ options:
     choices: [auto, nvml, nvidia-smi, emulated]
     default: auto
   device_glob:
-    description: The device nodes whose holders are killed (the fuser step); never a broader path.
+    description: The device nodes considered (the fuser step's list); never a broader path.
     type: str
     default: /dev/nvidia*
+  devices:
+    description:
+      - The target GPUs, as indexes or UUIDs; empty for every GPU. The clean check covers exactly
+        these, and a process holding only other GPUs is never signalled.
+    type: list
+    elements: raw
+    default: []
   nvidia_smi:
     description: The nvidia-smi binary for the C(nvidia-smi) backend.
     type: str
@@ -45,6 +65,18 @@ options:
     description: A GPU at or under this many MiB used, with no compute process, is clean.
     type: int
     default: 64
+  kill_scope:
+    description:
+      - C(own) kills only what this project launched and what holds memory on the target GPUs, of
+        this user; C(node) kills everything matching on the node except I(never_kill) (a node
+        dedicated to the benchmark).
+    type: str
+    choices: [own, node]
+    default: own
+  kill_other_users:
+    description: Also kill other users' processes holding memory on a target GPU (needs root).
+    type: bool
+    default: false
   never_kill:
     description:
       - Process names never signalled (matched against the kernel's 15-character comm and the
@@ -54,19 +86,33 @@ options:
     default: [nvidia-persistenced, nv-hostengine, dcgm-exporter, nv-fabricmanager, nvidia-cuda-mps-control, Xorg]
   kill_patterns:
     description:
-      - Python regular expressions searched in each process's full command line (like
-        C(pkill -f), without matching this module itself).
+      - What the engine's processes are. Each item is a regular expression searched in the
+        process title (argv[0], and the kernel's comm), program, Python module (C(-m)) and
+        script, or a mapping naming fields C(title), C(comm), C(program), C(module), C(script)
+        (at least one) and the qualifiers C(subcommand) (the argument after the script) and
+        C(args) (searched in the whole command line); every field given must match.
+      - Never a word anywhere in the arguments alone, so C(tail -f sglang.launch_server.log)
+        is not SGLang.
     type: list
-    elements: str
-    default: ["sglang::", "sglang.launch_server", "sglang serve", "sglang_emulator"]
+    elements: raw
+    default:
+      - {title: "^sglang::"}
+      - {module: "^sglang\\.launch_server$"}
+      - {script: "(^|/)sglang$", subcommand: "^serve$"}
+  server:
+    description:
+      - "The launched server's record (C(specbench_server)): C(pid), C(pgid), C(starttime) and,
+        if known, C(sid). The tree is only used while the recorded pid has the recorded start
+        time (or, the leader gone, while its group or session still exists)."
+    type: dict
   server_pgid:
     description:
-      - The server's recorded process group (C(specbench_server.pgid)). Its members are only
-        signalled while one of them matches I(kill_patterns) or holds a device node, so a stale
-        record cannot hit a reused group.
+      - The server's recorded process group alone, when I(server) is not given. Without a start
+        time its members are only signalled while one of them matches I(kill_patterns) or holds
+        a device node, so a stale record cannot hit a reused group.
     type: int
   server_state_file:
-    description: JSON with the server's C(pgid), read when I(server_pgid) is not given and the file exists.
+    description: The launch role's JSON record (pid, pgid, starttime), read when neither I(server) nor I(server_pgid) is given.
     type: path
   term_timeout_s:
     description: Seconds to wait after SIGTERM before SIGKILL.
@@ -84,13 +130,15 @@ options:
     description: Seconds between two reads of the processes or of GPU memory.
     type: float
     default: 0.05
+extends_documentation_fragment: [specbench.core.attributes]
 attributes:
   check_mode:
     support: full
-    description: Lists what it would signal in C(would_kill) and signals nothing.
+    details: Lists what it would signal in C(would_kill) and signals nothing.
   diff_mode:
     support: none
-    description: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.gpu_state
 """
@@ -100,6 +148,11 @@ EXAMPLES = r"""
   specbench.core.gpu_teardown:
     server_state_file: "{{ specbench_node_dir }}/state/server.json"
   register: teardown
+
+- name: A dedicated node, GPUs 0 and 1 only (the seeds' thoroughness on those)
+  specbench.core.gpu_teardown:
+    kill_scope: node
+    devices: [0, 1]
 
 - name: The emulator's GPUs, with a short deadline
   specbench.core.gpu_teardown:
@@ -113,8 +166,49 @@ clean:
   description: Every GPU read clean before the deadline (in check mode, whether it is clean now).
   returned: always
   type: bool
+scope:
+  description: The kill scope used (C(own) or C(node)).
+  returned: always
+  type: str
+targets:
+  description: The indexes of the target GPUs (the clean check covers exactly these).
+  returned: always
+  type: list
+  elements: int
+refused:
+  description:
+    - Processes the teardown would not or could not kill, each with C(kind) (C(other_user),
+      C(not_permitted)), C(reason), C(fix) (the variable or step that allows it) and C(gpus).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - pid: 4711
+      user: alice
+      cmdline: "sglang::scheduler_TP0"
+      kind: other_user
+      reason: "another user's process (alice) holds 20000 MiB on target GPU 0; it is never killed by default"
+      fix: "stop it as its owner, or set gpu_kill_other_users: true to let the teardown kill it"
+      gpus: [0]
+problems:
+  description:
+    - When the target GPUs are not clean, one entry per reason, each with C(kind) (C(d_state),
+      C(zombie), C(alive), C(other_user), C(not_permitted), C(unattributed),
+      C(outside_namespace), C(not_visible)), C(message) and where known C(gpu), C(pid), C(mib).
+      Empty when clean.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - kind: d_state
+      gpu: 0
+      pid: 31337
+      mib: 30000
+      message: "pid 31337 (user root) stuck in the driver (state D): ..."
 killed:
-  description: Each process signalled, with the step that found it and the signals sent in order.
+  description:
+    - Each process signalled, with the step that found it (launched, memory, pattern, holder)
+      and the signals sent in order.
   returned: always
   type: list
   elements: dict
@@ -125,7 +219,8 @@ killed:
       name: sglang::schedul
       state: S
       cmdline: "sglang::scheduler_TP1"
-      step: pattern
+      user: root
+      step: memory
       signals: [SIGTERM, SIGKILL]
       signal: SIGKILL
       exited: true
@@ -135,7 +230,9 @@ would_kill:
   type: list
   elements: dict
 left_alone:
-  description: Processes found but left alone, each with the reason (own process tree, never-kill list, ...).
+  description:
+    - "Processes found but left alone, each with the reason (own process tree, never-kill list,
+      C(holding a device node, no memory: left running), another user's, another PID namespace, ...)."
   returned: always
   type: list
   elements: dict
@@ -161,9 +258,13 @@ recorded_pgid:
   returned: always
   type: int
 recorded_pgid_source:
-  description: Where the recorded group came from (specbench_server.pgid, the state file, or none recorded).
+  description: Where the recorded server came from (specbench_server, specbench_server.pgid, the state file, or none recorded).
   returned: always
   type: str
+recorded_server:
+  description: The recorded server's pid, pgid, sid and starttime (each null when unknown).
+  returned: always
+  type: dict
 log:
   description: One line per signal sent.
   returned: always
@@ -185,6 +286,7 @@ from ansible_collections.specbench.core.plugins.module_utils.gpu_state import (
 from ansible_collections.specbench.core.plugins.module_utils.gpu_teardown import (
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
+    SCOPES,
     Teardown,
     TeardownInputError,
 )
@@ -195,10 +297,14 @@ def main():
         argument_spec={
             "backend": {"type": "str", "default": "auto", "choices": list(BACKENDS)},
             "device_glob": {"type": "str", "default": "/dev/nvidia*"},
+            "devices": {"type": "list", "elements": "raw", "default": []},
             "nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "idle_mib": {"type": "int", "default": 64},
+            "kill_scope": {"type": "str", "default": "own", "choices": list(SCOPES)},
+            "kill_other_users": {"type": "bool", "default": False},
             "never_kill": {"type": "list", "elements": "str", "default": list(DEFAULT_NEVER_KILL)},
-            "kill_patterns": {"type": "list", "elements": "str", "default": list(DEFAULT_KILL_PATTERNS)},
+            "kill_patterns": {"type": "list", "elements": "raw", "default": [dict(p) for p in DEFAULT_KILL_PATTERNS]},
+            "server": {"type": "dict"},
             "server_pgid": {"type": "int"},
             "server_state_file": {"type": "path"},
             "term_timeout_s": {"type": "float", "default": 15},
@@ -218,6 +324,10 @@ def main():
             idle_mib=p["idle_mib"],
             never_kill=p["never_kill"],
             kill_patterns=p["kill_patterns"],
+            kill_scope=p["kill_scope"],
+            kill_other_users=p["kill_other_users"],
+            devices=p["devices"],
+            server_record=p["server"],
             server_pgid=p["server_pgid"],
             server_state_file=p["server_state_file"],
             term_timeout_s=p["term_timeout_s"],
@@ -231,6 +341,8 @@ def main():
         module.fail_json(msg=str(exc), error="bad_input")
     except GpuStateError as exc:
         module.fail_json(msg=str(exc), error=exc.kind)
+    except OSError as exc:
+        module.fail_json(msg=f"The teardown could not read or signal processes: {exc}", error="os_error")
     finally:
         if backend is not None:
             backend.close()
@@ -238,7 +350,7 @@ def main():
         module.warn(warning)
     changed = bool(result["killed"] or result["would_kill"])
     if not result["clean"] and not module.check_mode:
-        module.fail_json(changed=changed, **result)
+        module.fail_json(changed=changed, error="not_clean", **result)
     module.exit_json(changed=changed, **result)
 
 

@@ -7,6 +7,11 @@ line so that kill patterns and cleanups can only ever match processes that test 
               [--ignore-term] [--setsid] [--worker SPEC ...] [--exit-after-ready]
               [--record-extra JSON]
 
+A worker spec may hold ``--argv0 TITLE``: the worker then runs with that process title in
+argv[0] (``sglang::scheduler_TP0``), as setproctitle leaves SGLang's schedulers. Run as
+``python3 -m sglang.launch_server`` through the fake package Lab.sglang_package() writes,
+it is what SGLang's server is by every measure the teardown uses.
+
 It opens its nodes, writes its memory record (sglang_emulator.gpus.write_record, plus the
 fields of --record-extra), starts its workers (each ``--worker`` is a JSON list of extra
 arguments for a child holder), prints READY once they all are, and waits for signals.
@@ -52,6 +57,7 @@ def main() -> int:
     p.add_argument("--exit-after-ready", action="store_true")
     p.add_argument("--leader-exits", action="store_true")
     p.add_argument("--record-extra", default="")
+    p.add_argument("--argv0", help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.comm:
@@ -77,9 +83,19 @@ def main() -> int:
     children = []
     for spec in args.worker:
         extra = json.loads(spec)
+        argv0 = sys.executable
+        if "--argv0" in extra:
+            # a process title in argv[0], as setproctitle leaves it (sglang::scheduler_TP0)
+            at = extra.index("--argv0")
+            argv0 = extra[at + 1]
+            del extra[at : at + 2]
+        # with a title in argv[0], Python cannot find its own prefix from argv[0]: name it
+        env = dict(os.environ, PYTHONHOME=sys.base_prefix) if argv0 != sys.executable else None
         child = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--tag", args.tag, "--dev", args.dev, *extra],
+            [argv0, os.path.abspath(__file__), "--tag", args.tag, "--dev", args.dev, *extra],
+            executable=sys.executable,
             stdout=subprocess.PIPE,
+            env=env,
         )
         children.append(child)
     for child in children:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -40,10 +42,47 @@ def tagged_pids(tag: str) -> set[int]:
     return found
 
 
-class Lab:
-    """One test's device folder and the process trees it started there."""
+OTHER_USER = "nobody"
 
-    def __init__(self, tmp_path: Path, gpu_count: int = 2):
+
+def python_for_any_user() -> str:
+    """A Python 3 every user may run (the venv's lives under /root, which is root's alone)."""
+    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        mode = os.stat(candidate).st_mode if os.path.exists(candidate) else 0
+        if mode & 0o001:
+            return candidate
+    import pytest  # noqa: PLC0415
+
+    pytest.skip("no Python 3 that another user may run (/usr/bin/python3): apt-get install python3")
+
+
+def other_user_ids(name: str = OTHER_USER) -> tuple[int, int]:
+    import pwd  # noqa: PLC0415
+
+    import pytest  # noqa: PLC0415
+
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        pytest.skip(f"no user {name!r} on this machine to run another user's processes (Debian's base-passwd has it)")
+    if os.geteuid() != 0:
+        pytest.skip("starting processes as another user needs root")
+    return entry.pw_uid, entry.pw_gid
+
+
+class Lab:
+    """One test's device folder and the process trees it started there.
+
+    ``shared=True`` puts the folder under /tmp, readable by every user (pytest's tmp_path is
+    root's alone), for tests that start processes as another user.
+    """
+
+    def __init__(self, tmp_path: Path, gpu_count: int = 2, shared: bool = False):
+        self.shared_root = None
+        if shared:
+            self.shared_root = Path(tempfile.mkdtemp(prefix="specbench-td-", dir="/tmp"))
+            self.shared_root.chmod(0o755)
+            tmp_path = self.shared_root
         self.tmp = tmp_path
         self.tag = str(tmp_path)
         self.pattern = re.escape(self.tag)
@@ -51,15 +90,52 @@ class Lab:
         self.node_dir = tmp_path / "node"
         (self.node_dir / "state").mkdir(parents=True)
         gpus.ensure_device_dir(str(self.dev), gpu_count, "NVIDIA H200", H200_MIB)
+        if shared:
+            for path in self.dev.iterdir():
+                path.chmod(0o1777 if path.is_dir() else 0o666)
+            for path in (self.node_dir, self.node_dir / "state"):
+                path.chmod(0o755)
         self.started: list[subprocess.Popen] = []
         self.own_fds: list[int] = []
+        self.packages = None
 
-    def start(self, *args: str, wait: bool = True) -> tuple[subprocess.Popen, list[int]]:
-        """Start holder.py in its own session; (Popen, pids of its workers) once READY."""
+    def sglang_package(self) -> Path:
+        """A folder with a package ``sglang`` whose ``launch_server`` runs holder.py, so that
+        ``python3 -m sglang.launch_server`` is, by every measure the teardown uses, SGLang."""
+        if self.packages is None:
+            self.packages = self.tmp / "pkgs"
+            (self.packages / "sglang").mkdir(parents=True)
+            (self.packages / "sglang" / "__init__.py").write_text("")
+            (self.packages / "sglang" / "launch_server.py").write_text(
+                f"import runpy\nrunpy.run_path({str(HOLDER)!r}, run_name='__main__')\n"
+            )
+            for path in (self.packages, self.packages / "sglang"):
+                path.chmod(0o755)
+        return self.packages
+
+    def start(self, *args: str, wait: bool = True, user: str | None = None,
+              as_sglang: bool = False) -> tuple[subprocess.Popen, list[int]]:
+        """Start holder.py in its own session; (Popen, pids of its workers) once READY.
+
+        ``as_sglang``: run it as ``python3 -m sglang.launch_server``; ``user``: as that user."""
+        python = sys.executable if user is None else python_for_any_user()
+        if as_sglang:
+            head = [python, "-m", "sglang.launch_server"]
+            env = dict(os.environ, PYTHONPATH=str(self.sglang_package()))
+        else:
+            head = [python, str(HOLDER)]
+            env = None
+        ids = {}
+        if user is not None:
+            uid, gid = other_user_ids(user)
+            ids = {"user": uid, "group": gid, "extra_groups": []}
         proc = subprocess.Popen(
-            [sys.executable, str(HOLDER), "--tag", self.tag, "--dev", str(self.dev), *args],
+            [*head, "--tag", self.tag, "--dev", str(self.dev), *args],
             stdout=subprocess.PIPE,
             start_new_session=True,
+            env=env,
+            cwd=str(self.tmp),
+            **ids,
         )
         self.started.append(proc)
         if not wait:
@@ -76,10 +152,33 @@ class Lab:
             specs += ["--worker", json.dumps(["--gpu", str(gpu), "--mib", str(mib), "--comm", f"td-worker{i}", *flags])]
         return self.start("--nodes", "nvidiactl,nvidia-uvm", "--comm", "td-server", *specs, **kw)
 
+    def all_nodes(self) -> str:
+        return ",".join(sorted(p.name for p in self.dev.iterdir() if p.name.startswith("nvidia")))
+
     def never_kill_daemon(self) -> subprocess.Popen:
         """A stand-in for nvidia-persistenced: holds every node, no memory, on the default list."""
-        proc, _ = self.start("--nodes", "nvidiactl,nvidia0,nvidia1", "--comm", "nvidia-persistenced")
+        proc, _ = self.start("--nodes", self.all_nodes(), "--comm", "nvidia-persistenced")
         return proc
+
+    def monitor(self, name: str = "nvtop") -> subprocess.Popen:
+        """A monitor (nvtop, nvidia-smi dmon, an exporter): holds every node, no GPU memory."""
+        proc, _ = self.start("--nodes", self.all_nodes(), "--comm", name)
+        return proc
+
+    def sglang_tree(self, gpus_used=(0, 1), mib: int = 20000, stubborn=(0,), escaped=(1,)) -> tuple:
+        """A stale SGLang-like tree: ``python3 -m sglang.launch_server`` (holding nvidiactl and
+        nvidia-uvm) with one ``sglang::scheduler_TP<r>`` worker per GPU; the ranks in stubborn
+        ignore SIGTERM, those in escaped left the group (setsid). The record is written."""
+        specs = []
+        for rank, gpu in enumerate(gpus_used):
+            flags = ["--gpu", str(gpu), "--mib", str(mib), "--argv0", f"sglang::scheduler_TP{rank}",
+                     "--comm", f"sglang::scheduler_TP{rank}"]
+            flags += ["--ignore-term"] if rank in stubborn else []
+            flags += ["--setsid"] if rank in escaped else []
+            specs += ["--worker", json.dumps(flags)]
+        server, workers = self.start("--nodes", "nvidiactl,nvidia-uvm", *specs, as_sglang=True)
+        self.write_server_record(server.pid, server.pid)
+        return server, workers
 
     def hold_node_myself(self, node: str = "nvidiactl") -> None:
         """The test's own process holds a node (it is an ancestor of the teardown)."""
@@ -102,9 +201,15 @@ class Lab:
         out = subprocess.run(["fuser", *nodes], capture_output=True, text=True, check=False).stdout
         return {int(tok) for tok in out.split()}
 
-    def write_server_record(self, pid: int, pgid: int) -> Path:
+    def write_server_record(self, pid: int, pgid: int, with_starttime: bool = True) -> Path:
+        """The launch role's record (state/server.json): pid, pgid, starttime."""
+        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"]}
+        if with_starttime:
+            record["starttime"] = proc_table.starttime(pid)
         path = self.node_dir / "state" / "server.json"
-        path.write_text(json.dumps({"pid": pid, "pgid": pgid, "command": ["holder.py"]}))
+        path.write_text(json.dumps(record))
+        if self.shared_root:
+            path.chmod(0o644)
         return path
 
     def extravars(self, **overrides) -> dict:
@@ -113,7 +218,11 @@ class Lab:
             "specbench_node_dir": str(self.node_dir),
             "gpu_backend": "emulated",
             "gpu_device_glob": f"{self.dev}/nvidia*",
-            "gpu_kill_patterns": [self.pattern],
+            # what this test's processes are: holder.py (or its fake sglang.launch_server) with the tag
+            "gpu_kill_patterns": [{"script": re.escape(str(HOLDER)), "args": self.pattern},
+                                  {"module": r"^sglang\.launch_server$", "args": self.pattern},
+                                  {"title": "^sglang::", "args": self.pattern},
+                                  self.pattern],
             "gpu_term_timeout_s": 2,
             "gpu_kill_timeout_s": 5,
             "gpu_clean_timeout_s": 5,
@@ -141,6 +250,8 @@ class Lab:
                 pass
             if proc.stdout:
                 proc.stdout.close()
+        if self.shared_root:
+            shutil.rmtree(self.shared_root, ignore_errors=True)
 
 
 class Playbook:

@@ -31,10 +31,10 @@ def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
     assert play.rc == 0, play.stdout()
     res = play.task("Kill the server and the device holders")
     killed = {k["pid"]: k for k in res["killed"]}
-    assert killed[emu.proc.pid]["step"] == "group" and killed[emu.proc.pid]["signals"] == ["SIGTERM"]
+    assert killed[emu.proc.pid]["step"] == "launched" and killed[emu.proc.pid]["signals"] == ["SIGTERM"]
     for pid in workers:
         assert killed[pid]["signal"] == "SIGKILL"  # they ignore SIGTERM
-    assert killed[runaway[0]]["step"] == "pattern"
+    assert killed[runaway[0]]["step"] == "memory"  # no start time in this record: found by its GPU memory
     after = gpus.read_state(str(emu.device_dir))
     assert [g["memory_used_mib"] for g in after["gpus"]] == [1, 1]
     assert not any(g["processes"] for g in after["gpus"])
@@ -46,3 +46,24 @@ def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
 def lab_holders(device_dir) -> set[int]:
     nodes = proc_table.expand_nodes(f"{device_dir}/nvidia*")
     return set(proc_table.holders(nodes))
+
+
+def test_node_scope_with_the_roles_emulator_patterns(emulator, lab, tmp_path):
+    """The role's own emulator patterns (data in defaults/main.yml, scoped to the node's device
+    folder) find the emulator's server and workers by what they are, with no record at all;
+    another emulator on the same machine (another device folder) is not touched."""
+    emu = emulator("--tp-size", "2", "--emulator-profile", "llama-3.1-8b-1x-h100", "--emulator-load-seconds", "0.2")
+    neighbour = emulator("--tp-size", "1", "--emulator-profile", "llama-3.1-8b-1x-h100",
+                         "--emulator-load-seconds", "0.2")
+    extravars = lab.extravars(specbench_emulator_device_dir=str(emu.device_dir), gpu_kill_scope="node")
+    del extravars["gpu_kill_patterns"], extravars["gpu_device_glob"]  # the role's defaults for engine=emulator
+    play = run_playbook(tmp_path, extravars)
+    assert play.rc == 0, play.stdout()
+    res = play.task("Kill the server and the device holders")
+    killed = {k["pid"]: k for k in res["killed"]}
+    workers = {p["pid"] for g in res["before"]["gpus"] for p in g["processes"]}
+    assert set(killed) == {emu.proc.pid, *workers}
+    assert all(k["step"] == "pattern" for k in killed.values())
+    assert [g["memory_used_mib"] for g in gpus.read_state(str(emu.device_dir))["gpus"]] == [1, 1]
+    assert neighbour.proc.poll() is None
+    assert gpus.read_state(str(neighbour.device_dir))["gpus"][0]["memory_used_mib"] > 1000

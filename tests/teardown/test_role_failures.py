@@ -24,18 +24,21 @@ def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
     stuck, _ = lab.start("--gpu", "0", "--mib", "30000", "--comm", "td-stuck",
                          "--record-extra", json.dumps({"emulated_state": "D"}))
     server, workers = lab.server(gpus_used=(1,))
+    lab.write_server_record(server.pid, server.pid)
     play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
     assert play.rc != 0
     res = play.task("Kill the server and the device holders")
     assert res["clean"] is False
     fail = flat(play.task("Refuse to go on with GPUs that are not clean")["msg"])
     assert "GPU 0" in fail and "30001 MiB used" in fail
-    assert f"pid {stuck.pid} stuck in the driver (state D)" in fail
+    assert f"pid {stuck.pid} (user root) stuck in the driver (state D)" in fail
     assert "GPU reset (nvidia-smi --gpu-reset -i <gpu>" in fail and "reboot" in fail
     assert "GPU 1" not in fail  # the healthy server was killed and its GPU is clean
     killed = {k["pid"]: k for k in res["killed"]}
     assert killed[stuck.pid]["signals"] == ["SIGTERM", "SIGKILL"] and not killed[stuck.pid]["exited"]
     assert killed[server.pid]["exited"] and killed[workers[0]]["exited"]
+    problems = {p["kind"]: p for p in res["problems"]}
+    assert problems["d_state"]["pid"] == stuck.pid and problems["d_state"]["gpu"] == 0
     # the facts were recorded before the play failed
     fact = play.fact("specbench_gpu")
     assert fact["clean"] is False and fact["after"]["dirty_gpus"] == [0]
@@ -50,7 +53,32 @@ def test_memory_outside_the_namespace_is_reported_with_host_advice(lab, tmp_path
     fail = flat(play.task("Refuse to go on with GPUs that are not clean")["msg"])
     assert "GPU 1" in fail and "12001 MiB used, 0 compute process(es)" in fail
     assert "12001 MiB with no process visible here: held outside this PID namespace" in fail
-    assert "run the teardown on the Proxmox host" in fail and "pct exec" in fail
+    assert "from inside it (pct exec <vmid>" in fail
     assert res["killed"] == []  # it cannot see the holder, so it signals nobody
+    assert [(p["kind"], p["gpu"], p["mib"]) for p in res["problems"]] == [("outside_namespace", 1, 12001)]
     assert all(h["pid"] != hidden.pid for h in res["after"]["holders"])
     assert proc_table.alive(hidden.pid)
+
+
+def test_memory_the_driver_cannot_attribute_is_not_called_outside(lab, tmp_path):
+    """Drivers that list no compute process for this namespace (LXC, before 565): memory with a
+    visible holder of the GPU's node is not "held outside"; the holder is named, and an engine
+    process among the holders (matching the patterns) is killed, any other one left."""
+    unlisted = json.dumps({"unlisted": True})
+    engine, _ = lab.start("--gpu", "0", "--mib", "9000", "--comm", "td-engine", "--record-extra", unlisted)
+    other, _ = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-trainer", "--record-extra", unlisted)
+    patterns = [{"comm": "^td-engine$", "args": lab.pattern}]
+    play = run_playbook(tmp_path, lab.extravars(gpu_kill_patterns=patterns, **FAST_FAIL))
+    assert play.rc != 0
+    res = play.task("Kill the server and the device holders")
+    assert res["before"]["gpus"][0]["processes"] == [] and res["before"]["gpus"][0]["memory_used_mib"] == 9001
+    killed = {k["pid"]: k for k in res["killed"]}
+    assert set(killed) == {engine.pid} and killed[engine.pid]["step"] == "memory"
+    fail = flat(play.task("Refuse to go on with GPUs that are not clean")["msg"])
+    assert "GPU 0" not in fail and "GPU 1" in fail and "4001 MiB used" in fail
+    assert "the driver attributes it to no process here" in fail
+    assert f"pid {other.pid} (user root)" in fail and "holding a device node, no memory" in fail
+    assert "held outside this PID namespace" not in fail
+    (problem,) = res["problems"]
+    assert (problem["kind"], problem["gpu"], problem["holders"]) == ("unattributed", 1, [other.pid])
+    assert proc_table.alive(other.pid) and not proc_table.alive(engine.pid)

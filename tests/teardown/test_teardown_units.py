@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_state, gpu_teardown, proc_table
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def info(pid, ppid, cmdline, comm="python", state="S", pgid=None):
@@ -59,17 +64,84 @@ def test_never_kill_matches_comm_truncation_and_argv0():
     assert gpu_teardown.never_kill_match(server, gpu_teardown.DEFAULT_NEVER_KILL) is None
 
 
-def test_default_patterns_match_sglang_and_the_emulator_only():
-    rx = gpu_teardown.compile_patterns(gpu_teardown.DEFAULT_KILL_PATTERNS)
-    def hit(cmd):
-        return any(r.search(cmd) for r in rx)
-    assert hit("python3 -m sglang.launch_server --model-path /models/k --tp 8")
-    assert hit("sglang::scheduler_TP3")
-    assert hit("sglang::detokenizer")
-    assert hit("/usr/bin/python3 files/sglang_emulator --model-path m")
-    assert hit("sglang serve --model-path m")
-    assert not hit("python3 -m vllm.entrypoints.openai.api_server")
-    assert not hit("/usr/bin/nvidia-persistenced --user nvidia")
+def matcher(patterns):
+    compiled = gpu_teardown.compile_patterns(patterns)
+
+    def hit(argv, comm="python3", exe="/usr/bin/python3.11"):
+        proc = info(4242, 1, argv, comm=comm)
+        ident = proc_table.identity(proc, exe)
+        return any(p.matches(ident, proc.command) for p in compiled)
+    return hit
+
+
+SGLANG = gpu_teardown.ENGINE_KILL_PATTERNS["sglang"]
+VLLM = gpu_teardown.ENGINE_KILL_PATTERNS["vllm"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "comm", "exe", "expected"),
+    [
+        (["python3", "-m", "sglang.launch_server", "--model-path", "/m", "--tp", "8"], "python3", None, True),
+        (["/usr/bin/python3.11", "-u", "-m", "sglang.launch_server"], "python3.11", None, True),
+        (["sglang::scheduler_TP3"], "sglang::schedul", None, True),
+        (["sglang::detokenizer"], "sglang::detoken", None, True),
+        (["sglang::scheduler_TP0 -m sglang_emulator.worker {}"], "sglang::schedul", None, True),  # one-string title
+        (["/venv/bin/python3", "/venv/bin/sglang", "serve", "--model-path", "m"], "sglang", None, True),
+        # what is not SGLang, whatever its arguments say
+        (["tail", "-f", "/var/log/sglang.launch_server.log"], "tail", "/usr/bin/tail", False),
+        (["tail", "sglang.launch_server.log"], "tail", "/usr/bin/tail", False),
+        (["bash", "-c", "sleep 600; python3 -m sglang.launch_server --tp 8"], "bash", "/usr/bin/bash", False),
+        (["sh", "-ec", "python3 -m sglang.launch_server"], "sh", "/usr/bin/dash", False),
+        (["tmux", "new", "python3 -m sglang.launch_server --port 30000"], "tmux: server", "/usr/bin/tmux", False),
+        (["python3", "-c", "import sglang.launch_server"], "python3", None, False),
+        (["python3", "tools/parse.py", "sglang.launch_server.log"], "python3", None, False),
+        (["grep", "sglang::", "/tmp/ps.txt"], "grep", "/usr/bin/grep", False),
+        (["/venv/bin/python3", "/venv/bin/sglang", "version"], "sglang", None, False),
+        (["python3", "-m", "vllm.entrypoints.openai.api_server"], "python3", None, False),
+        (["/usr/bin/nvidia-persistenced", "--user", "nvidia"], "nvidia-persiste", None, False),
+    ],
+)
+def test_sglang_patterns_match_what_a_process_is(argv, comm, exe, expected):
+    assert matcher(SGLANG)(argv, comm=comm, exe=exe) is expected
+
+
+def test_vllm_titles_and_entry_points():
+    hit = matcher(VLLM)
+    assert hit(["VLLM::EngineCore"], comm="VLLM::EngineCor")
+    assert hit(["python3"], comm="VLLM::Worker_TP")  # title set through prctl only
+    assert hit(["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"])
+    assert hit(["/venv/bin/python3", "/venv/bin/vllm", "serve", "m"])
+    assert not hit(["less", "VLLM::EngineCore.log"], comm="less", exe="/usr/bin/less")
+    assert not hit(["python3", "-m", "sglang.launch_server"])
+
+
+def test_emulator_patterns_are_scoped_to_one_device_folder():
+    mine = "/srv/node-a/emulated-dev"
+    # the role's data: gpu_emulator_folder_pattern is the escaped folder plus this boundary
+    defaults = yaml.safe_load((ROOT / "roles" / "gpu_teardown" / "defaults" / "main.yml").read_text())
+    folder = re.escape(mine) + defaults["gpu_emulator_folder_pattern"].rsplit("}}", 1)[1]
+    patterns = [{**p, "args": folder} for p in defaults["gpu_engine_kill_patterns"]["emulator"]]
+    hit = matcher(patterns)
+    longer = mine + "-2"  # another node's folder that starts with this one's path
+    assert not hit(["python3", "/srv/node-a/sglang_emulator", "--emulator-device-dir", longer])
+    assert not hit(["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", json.dumps({"device_dir": longer})])
+    assert hit(["python3", "/srv/node-a/sglang_emulator", "--emulator-device-dir", mine])
+    assert hit(["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", json.dumps({"device_dir": mine})],
+               comm="sglang::schedul")
+    other = "/srv/node-b/emulated-dev"
+    assert not hit(["python3", "/srv/node-b/sglang_emulator", "--emulator-device-dir", other])
+    assert not hit(["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", json.dumps({"device_dir": other})])
+    assert not hit(["tail", "-f", f"{mine}/../emulator.log"], comm="tail", exe="/usr/bin/tail")
+
+
+def test_identity_fields():
+    ident = proc_table.identity(info(1, 0, ["sglang::scheduler_TP0", "-m", "sglang_emulator.worker", "{}"]),
+                                "/usr/bin/python3.11")
+    assert ident["title"] == "sglang::scheduler_TP0" and ident["module"] == "sglang_emulator.worker"
+    ident = proc_table.identity(info(1, 0, ["/usr/bin/python3", "-X", "dev", "/opt/x/sglang", "serve", "--tp", "2"]))
+    assert (ident["program"], ident["script"], ident["subcommand"]) == ("python3", "/opt/x/sglang", "serve")
+    ident = proc_table.identity(info(1, 0, ["bash", "-c", "python3 -m sglang.launch_server"], comm="bash"))
+    assert ident["module"] is None and ident["script"] is None
 
 
 @pytest.mark.parametrize(
@@ -78,9 +150,13 @@ def test_default_patterns_match_sglang_and_the_emulator_only():
         ("sglang::", "must be a list"),
         ([""], "non-empty regular expression"),
         (["  "], "non-empty regular expression"),
-        ([3], "non-empty regular expression"),
+        ([3], "each pattern is a regular expression"),
         (["sglang(::"], "not a valid regular expression"),
         (["x*"], "would match every process"),
+        ([{"args": "sglang"}], "names no field of what the process is"),
+        ([{"subcommand": "serve"}], "names no field of what the process is"),
+        ([{"title": "^sglang::", "cmdline": "x"}], "unknown field(s) cmdline"),
+        ([{"module": "sglang(("}], "gpu_kill_patterns[0].module"),
     ],
 )
 def test_bad_patterns(patterns, text):
@@ -98,6 +174,11 @@ def test_bad_patterns(patterns, text):
         ({"poll_interval_s": 5, "clean_timeout_s": 1}, "longer than gpu_clean_timeout_s"),
         ({"never_kill": ["Xorg", ""]}, "gpu_never_kill must be a list of non-empty process names"),
         ({"server_pgid": "abc"}, "server_pgid 'abc' is not a process group id"),
+        ({"kill_scope": "everything"}, "gpu_kill_scope is 'everything'"),
+        ({"kill_other_users": "yes"}, "gpu_kill_other_users is 'yes'"),
+        ({"devices": [0, "first"]}, "gpu_devices item 'first'"),
+        ({"devices": [-1]}, "gpu_devices item -1"),
+        ({"server_record": {"pid": "x", "pgid": 5}}, "the server record's pid is 'x'"),
     ],
 )
 def test_bad_settings(tmp_path, kwargs, text):
@@ -105,6 +186,28 @@ def test_bad_settings(tmp_path, kwargs, text):
     with pytest.raises(gpu_teardown.TeardownInputError) as err:
         gpu_teardown.Teardown(backend, f"{tmp_path}/nvidia*", **kwargs)
     assert text in str(err.value)
+
+
+def test_resolve_devices_by_index_and_uuid():
+    gpus = [{"index": 0, "uuid": "GPU-aaaa1111-0000"}, {"index": 1, "uuid": "GPU-bbbb2222-0000"}]
+    assert gpu_state.resolve_devices(gpus, []) == [0, 1]
+    assert gpu_state.resolve_devices(gpus, [1]) == [1]
+    assert gpu_state.resolve_devices(gpus, ["GPU-bbbb2222-0000", "0"]) == [0, 1]
+    assert gpu_state.resolve_devices(gpus, ["gpu-AAAA1111"]) == [0]  # a unique prefix, as nvidia-smi takes
+    with pytest.raises(gpu_state.GpuStateError) as err:
+        gpu_state.resolve_devices(gpus, [2])
+    assert "gpu_devices names 2" in str(err.value) and "0 (GPU-aaaa1111-0000)" in str(err.value)
+
+
+def test_recorded_server_prefers_the_fact_and_reads_the_state_file(tmp_path):
+    warnings = []
+    state = tmp_path / "server.json"
+    state.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
+    server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
+    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99} and source == str(state)
+    server, source = gpu_teardown.recorded_server({"pid": 7, "pgid": 7, "starttime": 1, "port": 30000}, None,
+                                                  str(state), warnings)
+    assert server["pid"] == 7 and source == "specbench_server"
 
 
 def test_recorded_group_sources(tmp_path):
@@ -118,7 +221,7 @@ def test_recorded_group_sources(tmp_path):
     assert gpu_teardown.recorded_pgid(None, str(state), warnings)[0] is None
     assert "has no readable pgid" in warnings[-1] and "Delete or fix the file" in warnings[-1]
     assert gpu_teardown.recorded_pgid(1, None, warnings)[0] is None  # never init's group
-    assert "not a server's group" in warnings[-1]
+    assert "recorded pgid 1" in warnings[-1] and "is not a server's" in warnings[-1]
 
 
 def test_emulated_glob_must_name_one_folder():
