@@ -231,7 +231,12 @@ def inventory(hosts: dict[str, dict]) -> dict:
 
 class PlaybookRun:
     """A finished ansible-runner run: rc, status, events, stdout, its private data folder and
-    extra vars; saved and loaded as JSON (``shared_run``)."""
+    extra vars; saved and loaded as JSON (``shared_run``).
+
+    Every folder reads its runs through these helpers: events by type, failures (every one, or
+    the last per host), changed tasks, a task's last result (``task``), facts (``facts``/``fact``),
+    the stats AWX reads, and a bench run's results files (extra vars results_dir and run_id).
+    """
 
     def __init__(self, rc: int, status: str, events: list, stdout: str, pdd: Path, extravars: dict | None = None):
         self.rc, self.status, self.events, self.stdout = rc, status, events, stdout

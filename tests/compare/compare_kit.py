@@ -27,8 +27,9 @@ def run_playbook(tmp: Path, playbook: str, inventory: dict | str | None = None, 
 
 def node_vars(node_dir: Path, port: int, profile: str = "kimi-k2.5-8x-rtx-pro-6000", time_scale: float = 0.1,
               **more) -> dict:
-    """Host variables for one emulated node confined to ``node_dir`` (its own port and device folder)."""
-    return local_host(
+    """Host variables for one emulated node confined to ``node_dir`` (its own port and device folder);
+    ``more`` adds to them or overrides them."""
+    defaults = dict(
         engine="emulator",
         specbench_node_dir=str(node_dir),
         specbench_emulator_device_dir=str(node_dir / "emulated-dev"),
@@ -44,5 +45,5 @@ def node_vars(node_dir: Path, port: int, profile: str = "kimi-k2.5-8x-rtx-pro-60
         # The teardown's pattern step matches command lines machine-wide: scope it to this node's
         # folder, so that one emulated host never kills another's server (or another test's).
         gpu_kill_patterns=[re.escape(str(node_dir))],
-        **more,
     )
+    return local_host(**{**defaults, **more})
