@@ -1,12 +1,22 @@
-"""Shared test helpers: a free loopback port, HTTP, device-folder holders, the emulator process.
+"""The one test kit: playbooks through ansible-runner, free ports, HTTP, the emulator, process trees.
 
-Every process a test starts is started here in its own session and killed here by its
-process group and, for emulated GPUs, by the holders of the test's own device folder:
-never by name, never anything the test did not start.
+Every test folder builds on this module (a unique name: every folder has a conftest.py, so
+``from conftest import`` would be ambiguous); a folder's own kit (nodekit, compare_kit, benchlib)
+only adds its defaults.
+
+- Playbooks run the way AWX runs them: ``ansible_runner.run`` with a private data folder per
+  run, this checkout's ansible.cfg (so ``specbench.core.*`` resolves to the working tree) and
+  this venv on PATH. ``PlaybookRun`` reads the outcome: results by event, failures, changed
+  tasks, facts, stats, the results files of a bench run.
+- Every process a test starts is started in its own session and killed by its process group or,
+  for emulated GPUs, as a holder of the test's own device folder: never by name, never anything
+  the test did not start (``kill_node_servers`` checks the recorded start time and that the
+  command line names the test's folder).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -18,11 +28,17 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 EMULATOR = ROOT / "files" / "sglang_emulator"
+VENV_BIN = Path(sys.executable).parent
 sys.path.insert(0, str(ROOT / "files"))
 
 
+# ---------------------------------------------------------------------------------------------
+# Loopback: ports and HTTP
+# ---------------------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -38,6 +54,48 @@ def http(method: str, url: str, body: dict | None = None, headers: dict | None =
             return resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as err:
         return err.code, dict(err.headers), err.read()
+
+
+# ---------------------------------------------------------------------------------------------
+# Process trees (read from /proc, independently of the collection's own proc_table)
+# ---------------------------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), or None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def starttime(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks), or None when the process is gone."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_gone(pids, timeout: float = 10) -> bool:
+    """Wait until none of ``pids`` is alive; whether they all went."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def holders_of(device_dir: Path) -> set[int]:
@@ -60,6 +118,49 @@ def holders_of(device_dir: Path) -> set[int]:
     return pids
 
 
+def _kill(pid: int, sig: int = signal.SIGKILL, group: bool = False) -> bool:
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def kill_node_servers(node_dir: Path, rounds: int = 50) -> list[int]:
+    """SIGKILL what a test's node folder recorded or whose device files it holds; nothing else.
+
+    A server group recorded in ``node_dir/state/server*.json`` is signalled only while its leader
+    is still the recorded process (same start time, when recorded) and its command line names
+    ``node_dir``. Then every holder of a device folder under ``node_dir`` (a folder with an
+    ``nvidiactl``), again until none is left (workers that outlive their parent). Returns the
+    process groups and pids signalled.
+    """
+    node_dir = Path(node_dir)
+    killed = []
+    state = node_dir / "state"
+    for path in sorted(state.glob("server*.json")) if state.is_dir() else []:
+        try:
+            record = json.loads(path.read_text())
+            pid, pgid = int(record.get("pid") or 0), int(record.get("pgid") or 0)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        same = record.get("starttime") is None or str(starttime(pid)) == str(record.get("starttime"))
+        if pid > 1 and pgid > 1 and alive(pid) and same and str(node_dir) in command_line(pid):
+            if _kill(pgid, group=True):
+                killed.append(pgid)
+    devices = {p.parent for p in node_dir.glob("**/nvidiactl")}
+    for _ in range(rounds):
+        pids = set().union(*(holders_of(d) for d in devices)) - {os.getpid()} if devices else set()
+        if not pids:
+            break
+        killed += [pid for pid in pids if _kill(pid)]
+        time.sleep(0.05)
+    return killed
+
+
+# ---------------------------------------------------------------------------------------------
+# The emulator as a process of the test
+# ---------------------------------------------------------------------------------------------
 class Emulator:
     """One emulator process started by a test."""
 
@@ -97,7 +198,7 @@ class Emulator:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"emulator exited {self.proc.returncode}:\n{self.log()}")
             try:
-                status, _, _ = http("GET", self.base_url + "/health_generate", timeout=5)
+                status, unused_headers, unused_body = http("GET", self.base_url + "/health_generate", timeout=5)
                 if status == 200:
                     return
             except OSError:
@@ -107,16 +208,210 @@ class Emulator:
 
     def stop(self) -> None:
         """SIGKILL the group, then any holder of this test's device folder (orphans)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _kill(self.proc.pid, group=True)
         self.proc.wait(timeout=10)
         if self.device_dir.exists():
-            for pid in holders_of(self.device_dir):
-                if pid != os.getpid():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+            for pid in holders_of(self.device_dir) - {os.getpid()}:
+                _kill(pid)
         self._log.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Playbooks through ansible-runner
+# ---------------------------------------------------------------------------------------------
+def local_host(**hostvars) -> dict:
+    """Host variables of a host reached with the local connection and this interpreter."""
+    return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hostvars}
+
+
+def inventory(hosts: dict[str, dict]) -> dict:
+    """An inventory of ``hosts`` (name -> host variables) in group all."""
+    return {"all": {"hosts": hosts}}
+
+
+class PlaybookRun:
+    """A finished ansible-runner run: rc, status, events, stdout, its private data folder and
+    extra vars; saved and loaded as JSON (``shared_run``).
+
+    Every folder reads its runs through these helpers: events by type, failures (every one, or
+    the last per host), changed tasks, a task's last result (``task``), facts (``facts``/``fact``),
+    the stats AWX reads, and a bench run's results files (extra vars results_dir and run_id).
+    """
+
+    def __init__(self, rc: int, status: str, events: list, stdout: str, pdd: Path, extravars: dict | None = None):
+        self.rc, self.status, self.events, self.stdout = rc, status, events, stdout
+        self.pdd, self.extravars = Path(pdd), dict(extravars or {})
+
+    @classmethod
+    def of(cls, runner, pdd: Path, extravars: dict | None = None) -> PlaybookRun:
+        return cls(runner.rc, runner.status, list(runner.events), runner.stdout.read(), pdd, extravars)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"rc": self.rc, "status": self.status, "events": self.events, "stdout": self.stdout,
+                                    "pdd": str(self.pdd), "extravars": self.extravars}))
+
+    @classmethod
+    def load(cls, path: Path) -> PlaybookRun:
+        data = json.loads(path.read_text())
+        return cls(data["rc"], data["status"], data["events"], data["stdout"], Path(data["pdd"]), data.get("extravars"))
+
+    # Events
+    def events_of(self, event: str) -> list[tuple[str, str, dict]]:
+        """(host, task name, result) for every event of this type (e.g. runner_on_ok)."""
+        out = []
+        for ev in self.events:
+            if ev.get("event") == event:
+                data = ev.get("event_data", {})
+                out.append((data.get("host"), data.get("task", ""), data.get("res", {})))
+        return out
+
+    def results(self, event: str) -> list[tuple[str, str, dict]]:
+        return self.events_of(event)
+
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(host, task, message) of every failed task, rescued and ignored ones included."""
+        return [(h, t, str(r.get("msg", ""))) for h, t, r in self.events_of("runner_on_failed")]
+
+    def failed_hosts(self) -> dict[str, str]:
+        """host -> the message of its last failure that was not ignored (rescued ones included)."""
+        out = {}
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if ev.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
+                out[data.get("host")] = str(data.get("res", {}).get("msg", ""))
+        return out
+
+    def changed(self, host: str | None = None) -> list[str]:
+        """Names of tasks that reported a change (items count once per task)."""
+        names = {task for h, task, res in self.events_of("runner_on_ok") + self.events_of("runner_item_on_ok")
+                 if (host is None or h == host) and res.get("changed")}
+        return sorted(names)
+
+    def task_started(self, fragment: str) -> list[str]:
+        """Hosts on which a task whose name contains ``fragment`` started."""
+        return [h for h, t, _res in self.events_of("runner_on_start") if fragment in t]
+
+    def task(self, fragment: str, host: str | None = None) -> dict:
+        """The result of the last run of the task whose name contains ``fragment``."""
+        found = None
+        for ev in self.events:
+            data = ev.get("event_data", {})
+            if (ev.get("event", "").startswith("runner_on_") and fragment in data.get("task", "")
+                    and (host is None or data.get("host") == host) and "res" in data):
+                found = data["res"]
+        assert found is not None, f"no task named like {fragment!r} ran:\n{self.stdout[-3000:]}"
+        return found
+
+    # Facts and stats
+    def facts(self, host: str | None = None) -> dict:
+        """Facts the tasks returned (ansible_facts of each ok result, set_fact's included), merged in order."""
+        out: dict = {}
+        for h, _task, res in self.events_of("runner_on_ok"):
+            if (host is None or h == host) and isinstance(res, dict):
+                out.update(res.get("ansible_facts") or {})
+        return out
+
+    def fact(self, name: str, host: str | None = None):
+        """The last value a task gave the fact ``name`` (KeyError when none did)."""
+        return self.facts(host)[name]
+
+    def stats(self) -> dict:
+        for ev in reversed(self.events):
+            if ev.get("event") == "playbook_on_stats":
+                return ev.get("event_data", {})
+        return {}
+
+    def artifact_stats(self) -> dict:
+        """The set_stats data (per_host: false) as AWX reads it: the stats event's artifact_data."""
+        return self.stats().get("artifact_data") or {}
+
+    def artifacts_text(self) -> str:
+        """Everything ansible-runner kept of the run (stdout, events, facts), as one text."""
+        return "\n".join(p.read_text(errors="replace") for p in (self.pdd / "artifacts").rglob("*") if p.is_file())
+
+    # A bench run's results files (extra vars results_dir and run_id)
+    @property
+    def results_dir(self) -> Path:
+        return Path(self.extravars["results_dir"])
+
+    @property
+    def run_id(self) -> str:
+        return str(self.extravars["run_id"])
+
+    def results_file(self, host: str, mode: str) -> Path:
+        return self.results_dir / self.run_id / host / f"{mode}.json"
+
+    def mode_results(self, host: str, mode: str) -> dict:
+        return json.loads(self.results_file(host, mode).read_text())
+
+
+def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
+                 extravars: dict | None = None, *, envvars: dict | None = None, check: bool = False,
+                 cmdline: str | None = None, limit: str | None = None, ident: str | None = None,
+                 name: str | None = None, forks: int | None = None, home: Path | None = None,
+                 timeout: int = 540) -> PlaybookRun:
+    """Run ``playbook`` (relative to the checkout, or absolute) through ansible-runner.
+
+    The private data folder is ``folder/<name>`` (default ``runner-<n>``, a fresh one per run).
+    ``inventory``: a dict or YAML text (written into that folder), a path to an inventory file,
+    or None for ansible.cfg's default (inventory/local.yml). ``home`` sets HOME for the run
+    (keeps ~/.ansible and ~/.ssh of the user out of it).
+    """
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    pdd = folder / (name or f"runner-{len(list(folder.glob('runner-*')))}")
+    pdd.mkdir(exist_ok=True)
+    kwargs = {}
+    if isinstance(inventory, Path):
+        kwargs["inventory"] = str(inventory)
+    elif inventory is not None:
+        inv = pdd / "inventory.yml"
+        inv.write_text(inventory if isinstance(inventory, str) else yaml.safe_dump(inventory))
+        kwargs["inventory"] = str(inv)
+    env = {
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_LOCAL_TEMP": str(pdd / "ansible-local"),
+        "ANSIBLE_REMOTE_TMP": str(pdd / "ansible-remote"),
+        "ANSIBLE_NOCOLOR": "1",
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+    }
+    if forks is not None:
+        env["ANSIBLE_FORKS"] = str(forks)
+    if home is not None:
+        env["HOME"] = str(home)
+    env.update(envvars or {})
+    flags = " ".join(f for f in ("--check" if check else "", cmdline or "") if f)
+    import ansible_runner  # the controller's package; imported here so that the kit loads without it
+
+    runner = ansible_runner.run(
+        private_data_dir=str(pdd),
+        project_dir=str(ROOT),
+        playbook=str(playbook),
+        extravars=extravars or {},
+        envvars=env,
+        cmdline=flags or None,
+        limit=limit,
+        ident=ident,
+        quiet=True,
+        timeout=timeout,
+        **kwargs,
+    )
+    return PlaybookRun.of(runner, pdd, extravars)
+
+
+def shared_run(tmp_path_factory, name: str, build) -> tuple[PlaybookRun, Path]:
+    """Run ``build(folder)`` (returning a PlaybookRun) once per test session, even when
+    pytest-xdist spreads the tests that share it over several workers: the first worker runs it
+    under a lock, the others read the saved run. Returns (run, folder)."""
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = root / f"shared-{name}"
+    with open(root / f"shared-{name}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = folder / "run.json"
+        if record.is_file():
+            return PlaybookRun.load(record), folder
+        folder.mkdir(exist_ok=True)
+        run = build(folder)
+        run.save(record)
+        return run, folder

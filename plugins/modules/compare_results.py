@@ -92,7 +92,7 @@ notes:
 seealso:
   - name: The compare playbook
     description: C(playbooks/compare.yml) runs every mode on every host, then this.
-    link: https://example.invalid/specbench/docs/README-compare.md
+    link: https://example.invalid/specbench#the-ab-workflow-where-does-speculation-stop-paying
 """
 
 EXAMPLES = r"""

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import ansible_runner
+import specbench_testkit as kit
+from specbench_testkit import PlaybookRun, free_port, inventory, local_host
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "plugins" / "module_utils" / "specbench_client.py"
@@ -30,90 +29,35 @@ import specbench_client as sc  # noqa: E402 - the client core, importable the wa
 __all__ = ["CLIENT", "FaultProxy", "Run", "analytic", "free_port", "run_playbook", "sc"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -> dict:
     url = f"{base_url}/emulator/analytic?concurrency={concurrency}&input_len={input_len}&output_len={output_len}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
 
 
-@dataclass
-class Run:
-    """One finished playbook run."""
+class Run(PlaybookRun):
+    """A bench.yml run read in the sweep tests' terms: ``results(host, mode)`` is the mode's results
+    file, ``failures()`` maps each failed host to its message (the kit's failed_hosts)."""
 
-    runner: object
-    results_dir: Path
-    run_id: str
-    stdout: str
-    events: list = field(default_factory=list)
-
-    @property
-    def rc(self) -> int:
-        return self.runner.rc
-
-    def results(self, host: str, mode: str) -> dict:
-        return json.loads((self.results_dir / self.run_id / host / f"{mode}.json").read_text())
+    def results(self, host: str, mode: str) -> dict:  # type: ignore[override]
+        return self.mode_results(host, mode)
 
     def results_path(self, host: str, mode: str) -> Path:
-        return self.results_dir / self.run_id / host / f"{mode}.json"
+        return self.results_file(host, mode)
 
-    def facts(self, host: str) -> dict:
-        """Facts the host's tasks returned (ansible_facts of each ok result), merged in order."""
-        out: dict = {}
-        for ev in self.events:
-            data = ev.get("event_data", {})
-            res = data.get("res")
-            if ev.get("event") == "runner_on_ok" and data.get("host") == host and isinstance(res, dict):
-                out.update(res.get("ansible_facts") or {})
-        return out
-
-    def failures(self) -> dict[str, str]:
-        """host -> the failure message of its failed task."""
-        out = {}
-        for ev in self.events:
-            if ev.get("event") == "runner_on_failed" and not ev["event_data"].get("ignore_errors"):
-                data = ev["event_data"]
-                out[data["host"]] = str(data["res"].get("msg", ""))
-        return out
-
-    def artifacts_text(self) -> str:
-        """Everything ansible-runner kept of the run (stdout, events, facts)."""
-        folder = Path(self.runner.config.artifact_dir)
-        parts = []
-        for path in folder.rglob("*"):
-            if path.is_file():
-                parts.append(path.read_text(errors="replace"))
-        return "\n".join(parts)
+    def failures(self) -> dict[str, str]:  # type: ignore[override]
+        return self.failed_hosts()
 
 
 def run_playbook(tmp_path: Path, hosts: dict[str, dict], extravars: dict | None = None,
                  playbook: Path = ROOT / "bench.yml", cmdline: str | None = None, forks: int = 10,
                  name: str = "t1") -> Run:
-    """Run ``playbook`` through ansible-runner against local ``hosts`` (name -> host vars);
-    ``name`` is the run id and the runner folder, one per run in a test."""
-    pdd = tmp_path / f"runner-{name}"
-    (pdd / "inventory").mkdir(parents=True, exist_ok=True)
-    inventory = {"all": {"hosts": {
-        name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hvars}
-        for name, hvars in hosts.items()}}}
-    inv_path = pdd / "inventory" / "hosts.json"
-    inv_path.write_text(json.dumps(inventory))
-    results_dir = tmp_path / "results"
-    run_id = name
-    extra = {"results_dir": str(results_dir), "run_id": run_id, **(extravars or {})}
-    runner = ansible_runner.run(
-        private_data_dir=str(pdd), playbook=str(playbook), inventory=str(inv_path), extravars=extra,
-        envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORKS": str(forks),
-                 "ANSIBLE_NOCOLOR": "1"},
-        quiet=True, cmdline=cmdline, timeout=600,
-    )
-    stdout = runner.stdout.read()
-    return Run(runner, results_dir, run_id, stdout, list(runner.events))
+    """Run ``playbook`` through the test kit against local ``hosts`` (name -> host vars), results
+    under ``tmp_path/results``; ``name`` is the run id and the runner folder, one per run in a test."""
+    extra = {"results_dir": str(tmp_path / "results"), "run_id": name, **(extravars or {})}
+    run = kit.run_playbook(tmp_path, playbook, inventory({host: local_host(**hvars) for host, hvars in hosts.items()}),
+                           extra, cmdline=cmdline, forks=forks, name=f"runner-{name}", timeout=600)
+    return Run(run.rc, run.status, run.events, run.stdout, run.pdd, run.extravars)
 
 
 class FaultProxy:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from compare_kit import free_port, inventory, node_vars, run_playbook
+from compare_kit import node_vars, run_playbook
+from specbench_testkit import free_port, inventory
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,9 @@ import math
 from pathlib import Path
 
 import pytest
-from compare_kit import free_port, inventory, kill_node_servers, node_vars, run_playbook, shared_run
+from compare_kit import node_vars, run_playbook
 from compare_synth import truth_crossover
+from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 

@@ -8,7 +8,8 @@ import subprocess
 import time
 
 import pytest
-from nodekit import FAKES, free_port, kill_servers, wait_gone
+from nodekit import FAKES
+from specbench_testkit import free_port, kill_node_servers, wait_gone
 
 
 @pytest.fixture
@@ -17,7 +18,7 @@ def node_dir(tmp_path):
     folder = tmp_path / "node"
     folder.mkdir()
     yield folder
-    wait_gone(kill_servers(folder))
+    wait_gone(kill_node_servers(folder))
 
 
 @pytest.fixture

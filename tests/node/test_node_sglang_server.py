@@ -160,3 +160,28 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
     assert _flag(fact["command"], "--mem-fraction-static") == "0.8"
     assert fact["settings"]["mem_fraction_static"] == 0.8
     assert any("mem_fraction_static" in c and "0.88" in c for c in fact["confounders"])
+
+
+def test_the_flag_check_runs_once_per_command_and_host(tmp_path, node_dir):
+    """bench.yml's preflight play checks the flags (on a real node that imports SGLang, minutes);
+    the launch in the next play reuses that check instead of importing again. Another mode is
+    another command: checked anew."""
+    playbook = tmp_path / "preflight_then_launch.yml"
+    preflight = {"name": "specbench.core.sglang_server", "tasks_from": "preflight"}
+    playbook.write_text(json.dumps([
+        {"name": "Test | Check before anything runs, as bench.yml does", "hosts": "localhost", "gather_facts": False,
+         "tasks": [{"name": "Test | Preflight", "ansible.builtin.include_role": preflight}]},
+        {"name": "Test | Launch, then check another mode", "hosts": "localhost", "gather_facts": False,
+         "tasks": [{"name": "Test | Launch", "ansible.builtin.include_role": {"name": "specbench.core.sglang_server"}},
+                   {"name": "Test | Preflight eagle3", "ansible.builtin.include_role": preflight,
+                    "vars": {"mode": "eagle3"}}]},
+    ]))
+    run = run_playbook(tmp_path, playbook, localhost_inventory(**emulator_vars(node_dir, free_port()), mode="baseline"))
+    assert run.rc == 0, run.stdout[-4000:]
+    checks = [res for _, task, res in run.results("runner_on_ok")
+              if task.endswith("Check every flag against the node's SGLang") and "checked" in res]
+    assert [c["checked"] for c in checks] == [True, True], checks
+    assert "--speculative-algorithm" not in checks[0]["flags"] and "--speculative-algorithm" in checks[1]["flags"]
+    reused = [task for _, task, _ in run.results("runner_on_skipped") if "Check every flag" in task]
+    assert len(reused) == 2, "the launch's own preflight and its late check both reused the first check"
+    assert json.loads((node_dir / "state" / "server.json").read_text())["mode"] == "baseline"
