@@ -55,7 +55,7 @@ installed:
   returned: success
   type: list
   elements: str
-  sample: [sglang_emulator/cli.py, bin/specbench_client.py]
+  sample: [sglang_emulator/cli.py, bin/specbench_client.pyz]
 """
 
 import os

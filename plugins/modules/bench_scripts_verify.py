@@ -55,7 +55,7 @@ missing:
   returned: success
   type: list
   elements: str
-  sample: [bin/specbench_client.py]
+  sample: [bin/specbench_client.pyz]
 differs:
   description: Files whose sha256 differs from the controller's copy.
   returned: success
