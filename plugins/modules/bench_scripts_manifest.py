@@ -28,7 +28,7 @@ options:
     description:
       - Entries with C(src) (file or folder under I(root)), C(dest) (relative to the node folder),
         C(mode) (default C(0644)), C(optional) (skip, and say so, when the source is absent) and
-        C(build) (C(zipapp): C(src) is a package folder, shipped as one file built from it).
+        C(build) (C(zipapp) ships the package folder C(src) as one file built from it).
     type: list
     elements: dict
     required: true
