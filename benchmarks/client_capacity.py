@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Client capacity: how many streamed chunks the benchmark client consumes per CPU core, and
 how late it stamps them, side by side with a reference loop written the way SGLang's
 bench_serving does it (aiohttp, one asyncio process, 10 MB read buffer, json.loads and
@@ -187,7 +186,7 @@ async def stream_handler(reader: asyncio.StreamReader, writer: asyncio.StreamWri
             writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
             interval = 1.0 / PACED_RATE["per_stream"]
             next_t = time.monotonic()
-            for _ in range(tokens):
+            for _dummy in range(tokens):
                 if writer.is_closing():
                     return
                 next_t += interval

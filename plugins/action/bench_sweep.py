@@ -1,5 +1,5 @@
-# Copyright: specbench developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
 """Action bench_sweep: run the concurrency sweep from the controller.
 
 The module of the same name measures on the managed node, next to the server. This plugin

@@ -18,7 +18,9 @@ description:
     that runs the package's C(__main__)), built here at ship time, deterministically (sorted
     members, fixed timestamps), so its sha256 is stable.
 author:
-  - specbench contributors
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   root:
     description: The folder the C(src) paths are relative to (the collection root).
@@ -43,10 +45,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only, but for the temporary bundle, which is written in check mode too.
+    details: Read-only, but for the temporary bundle, which is written in check mode too.
   diff_mode:
     support: none
-    description: Nothing to diff.
+    details: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.bench_scripts_verify
 """

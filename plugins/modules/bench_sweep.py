@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: specbench developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
 """Module bench_sweep: measure concurrency levels on the node, next to the server."""
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ description:
     Called directly (for example with C(ansible -m)), the module measures every level in one call.
 version_added: "0.1.0"
 author:
-  - specbench developers
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   base_url:
     description:
@@ -146,8 +148,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Sends no request; returns what it would run.
+    details: Sends no request; returns what it would run.
   diff_mode:
+    support: none
+  facts:
     support: none
 notes:
   - The node needs Python 3.8 or later and nothing else.

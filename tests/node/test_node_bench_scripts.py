@@ -21,7 +21,7 @@ def _sha(path):
 
 
 def _report(run) -> str:
-    msgs = [res.get("msg", "") for _, task, res in run.results("runner_on_ok") if "Report the files" in task]
+    msgs = [res.get("msg", "") for _host, task, res in run.results("runner_on_ok") if "Report the files" in task]
     assert len(msgs) == 1, run.stdout[-3000:]
     return msgs[0]
 

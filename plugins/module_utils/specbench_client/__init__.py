@@ -69,18 +69,18 @@ from .level import ensure_fd_limit, resolve_workers, run_level, run_once
 from .request import Req, RequestFactory, synth_prompt
 from .server import MetricsPoller, flush_cache, http_call, parse_metrics, probe_server, server_accept_length
 from .settings import (
-                     DEFAULT_LEVELS,
-                     DEFAULTS,
-                     MAX_CONCURRENCY,
-                     ServerError,
-                     SettingsError,
-                     __version__,
-                     describe_plan,
-                     load_prompts,
-                     normalize_settings,
-                     parse_base_url,
-                     parse_levels,
-                     public_settings,
+    DEFAULT_LEVELS,
+    DEFAULTS,
+    MAX_CONCURRENCY,
+    ServerError,
+    SettingsError,
+    __version__,
+    describe_plan,
+    load_prompts,
+    normalize_settings,
+    parse_base_url,
+    parse_levels,
+    public_settings,
 )
 from .stats import mean_ci95, percentile, summary, t975
 from .summary import describe_failures, summarize

@@ -3,9 +3,7 @@
 """``python3 -m specbench_client`` (with this folder's parent on the path): the command line."""
 from __future__ import annotations
 
-import sys
-
 from .cli import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -67,18 +67,19 @@ def main(argv: list[str] | None = None) -> int:
         settings = normalize_settings(raw)
         server = probe_server(settings)
     except (SettingsError, ServerError) as exc:
-        print(f"specbench_client: error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"specbench_client: error: {exc}\n")
         return 2
     secrets = [settings["api_key"]]
     if args.probe:
-        print(json.dumps(redact(server, secrets), indent=2))
+        sys.stdout.write(json.dumps(redact(server, secrets), indent=2) + "\n")
         return 0
     results = {"client_version": __version__, "settings": public_settings(settings),
                "server": redact(server, secrets), "levels": [], "error": None}
 
     def on_level(level):
         results["levels"].append(level)
-        print(format_level_line(level), file=sys.stderr, flush=True)
+        sys.stderr.write(format_level_line(level) + "\n")
+        sys.stderr.flush()
         if args.output:
             write_json_atomic(args.output, redact(results, secrets))
 
@@ -88,10 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         write_json_atomic(args.output, redact(results, secrets))
     else:
-        print(json.dumps(redact(results, secrets), indent=2))
+        sys.stdout.write(json.dumps(redact(results, secrets), indent=2) + "\n")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
-
+    raise SystemExit(main())

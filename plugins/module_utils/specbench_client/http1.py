@@ -306,7 +306,6 @@ class ResponseReader:
                 return
         st.sse = sse[start:] if start < len(sse) else ""
 
-
     def _body_end(self, st: Stream, t: float) -> None:
         req = st.req
         if req.done or req.finish:
@@ -336,7 +335,6 @@ class ResponseReader:
         self._fail(st, "disconnected", f"the server closed the connection after {sum(req.ks)} of "
                                        f"{req.expect} tokens")
 
-    # -- endings ------------------------------------------------------------------------------
 
 def _sse_data(event: str):
     """The data of one event (None: no data, a comment or keep-alive; False: not SSE)."""
@@ -354,5 +352,3 @@ def _sse_data(event: str):
     if not data:
         return None
     return "\n".join(data)
-
-

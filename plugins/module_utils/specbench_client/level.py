@@ -251,6 +251,3 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     if trace:
         level["_traces"] = [t for raw in raws for t in raw["traces"]]
     return level
-
-
-

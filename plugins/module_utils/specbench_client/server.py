@@ -205,5 +205,3 @@ class MetricsPoller(threading.Thread):
                 "queued": {"mean": round(sum(queues) / len(queues), 2), "max": max(queues)},
                 "generated_tok_per_s": round(rate, 3) if rate is not None else None,
                 "samples": len(runs)}
-
-

@@ -256,5 +256,3 @@ def describe_plan(settings: dict) -> str:
     return (f"would sweep C={settings['concurrency']} against {target} ({settings['api']} API, "
             f"{settings['input_len']} in / {settings['output_len']} out tokens, {mode}, "
             f"{settings['repeats']} repeat(s))")
-
-

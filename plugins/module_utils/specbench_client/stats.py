@@ -55,5 +55,3 @@ def mean_ci95(samples: list[float]) -> tuple[float, list[float] | None]:
     var = math.fsum((x - mean) ** 2 for x in samples) / (n - 1)
     half = t975(n - 1) * math.sqrt(var / n)
     return mean, [mean - half, mean + half]
-
-

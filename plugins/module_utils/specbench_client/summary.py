@@ -67,7 +67,6 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
     return sum(window_bins) / window, rates, window
 
 
-
 def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
     host, port = parse_base_url(settings["base_url"])[:2]
     parts = []
@@ -76,7 +75,6 @@ def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
         text = KIND_HELP.get(base, kind).format(addr=f"{host}:{port}", timeout=settings["request_timeout_s"])
         parts.append(f"{n} x {kind} ({text}; e.g. {examples.get(kind, '')})")
     return "; ".join(parts)
-
 
 
 def empty_level_fields() -> dict:
@@ -212,5 +210,3 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         level["output_tok_per_s"] = None if failed else level["output_tok_per_s"]
     level["warnings"] = warnings
     return level
-
-

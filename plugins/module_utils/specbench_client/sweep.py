@@ -114,5 +114,3 @@ def unmeasured_level(concurrency: int, error: str) -> dict:
                   "decode_tok_per_s_per_stream": None, "server_running": None, "server_queued": None,
                   "client": None})
     return level
-
-

@@ -520,9 +520,6 @@ class Worker(ResponseReader):
         }
 
 
-
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-

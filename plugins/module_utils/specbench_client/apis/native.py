@@ -91,5 +91,3 @@ def _int_at(s: str, k: int, skip: int, end: int):
     while j < end and "0" <= s[j] <= "9":
         j += 1
     return int(s[i:j]) if j > i else None
-
-
