@@ -1,12 +1,13 @@
-# Copyright: specbench developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
 """Action bench_sweep: run the concurrency sweep from the controller.
 
 The module of the same name measures on the managed node, next to the server. This plugin
-calls it once to read what the server says about itself, then once per level, in order;
-after each level it prints one progress line and rewrites the results file on the
-controller, so a crash at C=250 loses nothing measured at C=1..100. At the end it returns
-the levels as the fact ``specbench_sweep``.
+calls it once to read what the server says about itself, then drives the client core's
+sweep (its one loop over the levels, with its stop rule) with a measure step that runs one
+level through the module; after each level the sweep's callback prints one progress line
+and rewrites the results file on the controller, so a crash at C=250 loses nothing
+measured at C=1..100. At the end it returns the levels as the fact ``specbench_sweep``.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
     normalize_settings,
     public_settings,
     redact,
+    sweep,
+    sweep_outcome,
+    unmeasured_level,
     write_json_atomic,
 )
 
@@ -69,15 +73,6 @@ def check_results_file(path) -> str:
         raise SettingsError(f"the results folder {folder} cannot be created or written ({probe} is not a writable "
                             "folder): set results_dir to a folder you can write")
     return path
-
-
-def empty_level(concurrency: int, error: str) -> dict:
-    """A level that could not be measured at all, with the same fields as a measured one."""
-    return {"concurrency": concurrency, "error": error, "warnings": [], "output_tok_per_s": None,
-            "output_tok_per_s_ci95": None, "output_tok_per_s_whole_run": None, "request_per_s": None,
-            "requests_ok": 0, "requests_failed": 0, "failures_by_kind": {}, "ttft_ms": None, "itl_ms": None,
-            "tpot_ms": None, "e2e_ms": None, "decode_tok_per_s_per_stream": None, "accept_length": None,
-            "server_running": None, "server_queued": None, "client": None}
 
 
 class ActionModule(ActionBase):
@@ -183,29 +178,26 @@ class ActionModule(ActionBase):
                 f"{host} | bench_sweep {mode}: levels {settings['concurrency']} against {settings['base_url']} "
                 f"(model {server.get('model')}, {settings['api']} API"
                 + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
-            stopped = None
-            for concurrency in settings["concurrency"]:
-                res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency],
-                                                              stop_on_error=True))
+
+            def measure(concurrency):  # one level, measured by the module on the node
+                res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency]))
                 levels = res.get("levels") or []
                 if levels:
-                    level = levels[0]
-                else:
-                    why = res.get("msg") or "the module returned no result"
-                    level = empty_level(concurrency, f"C={concurrency}: {why}")
+                    return levels[0]
+                why = res.get("msg") or "the module returned no result"
+                return unmeasured_level(concurrency, f"C={concurrency}: {why}")
+
+            def on_level(level):
                 doc["levels"].append(redact(level, secrets))
                 save()
                 self._display.display(f"{host} | {format_level_line(level)}")
                 if level.get("error"):
                     self._display.warning(f"{host}: {level['error']}")
-                    if settings["stop_on_error"]:
-                        stopped = level["error"]
-                        break
-            errors = [lv["error"] for lv in doc["levels"] if lv.get("error")]
-            if stopped:
-                finish("stopped", stopped)
-            else:
-                finish("complete_with_errors" if errors else "complete", errors[0] if errors else None)
+
+            sweep(settings, server, on_level=on_level, measure=measure)
+            status, error = sweep_outcome(doc["levels"], settings["stop_on_error"])
+            finish(status, error)
+            stopped = error if status == "stopped" else None
         except SettingsError as exc:
             result.update(failed=True, msg=str(exc))
             return result

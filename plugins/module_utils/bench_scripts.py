@@ -5,6 +5,10 @@
 Standard library only. One sha256 implementation for both sides: the manifest is computed on
 the controller (module bench_scripts_manifest, delegated to localhost) and every node file is
 compared with it (module bench_scripts_verify) on every run.
+
+An entry with ``build: zipapp`` ships a Python package folder as one runnable file, built on
+the controller at ship time (``zipapp_bytes``): byte for byte the same from the same sources,
+so its sha256 is stable and a second run changes nothing.
 """
 from __future__ import annotations
 
@@ -13,10 +17,17 @@ import io
 import os
 import tarfile
 import tempfile
+import zipfile
 
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".ruff_cache", ".git"}
 SKIP_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
 TMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+BUILDS = ("zipapp",)
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # every member's timestamp: the build depends on contents only
+ZIPAPP_MAIN = (
+    "# Entry point of a zipapp built by specbench's bench_scripts: run the package's __main__.\n"
+    "import runpy\n\nrunpy.run_module({name!r}, run_name=\"__main__\", alter_sys=True)\n"
+)
 
 
 class ScriptsError(Exception):
@@ -29,6 +40,50 @@ def sha256(path: str) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _package_files(folder: str) -> list[tuple[str, str]]:
+    """(path, name relative to ``folder``) of every file under ``folder`` (walked in sorted
+    order, leaving out caches and compiled files)."""
+    pairs = []
+    for current, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(names):
+            if not name.endswith(SKIP_SUFFIXES):
+                full = os.path.join(current, name)
+                pairs.append((full, os.path.relpath(full, folder).replace(os.sep, "/")))
+    return pairs
+
+
+def zipapp_bytes(package_dir: str) -> bytes:
+    """The Python package folder ``package_dir`` as a zipapp (``python3 FILE.pyz ...`` runs its
+    ``__main__``): a shebang, then a zip of the package under its own name and a ``__main__.py``
+    that runs it. Deterministic: sorted members, fixed timestamps and modes, stored uncompressed
+    (no dependence on the zlib version)."""
+    package_dir = os.path.abspath(package_dir)
+    name = os.path.basename(package_dir.rstrip(os.sep))
+    if not os.path.isfile(os.path.join(package_dir, "__init__.py")):
+        raise ScriptsError(f"{package_dir} is not a Python package (no __init__.py): a zipapp entry needs one.")
+    if not os.path.isfile(os.path.join(package_dir, "__main__.py")):
+        raise ScriptsError(f"{package_dir} has no __main__.py: a zipapp entry needs the package's entry point.")
+    members = [("__main__.py", ZIPAPP_MAIN.format(name=name).encode())]
+    for full, rel in sorted(_package_files(package_dir), key=lambda pair: pair[1]):
+        with open(full, "rb") as fh:
+            members.append((f"{name}/{rel}", fh.read()))
+    raw = io.BytesIO()
+    raw.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as archive:
+        for member, data in members:
+            info = zipfile.ZipInfo(member, date_time=ZIP_EPOCH)
+            info.create_system = 3  # unix, so the mode bits below are read
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return raw.getvalue()
+
+
+def _built(entry: dict) -> bytes:
+    """The bytes a ``build`` entry ships (today only zipapp)."""
+    return zipapp_bytes(entry["src"])
 
 
 def _relative(dest: str, index: int) -> str:
@@ -58,6 +113,10 @@ def manifest(root: str, files: list[dict]) -> tuple[list[dict], list[str]]:
         src = os.path.join(root, os.path.expanduser(str(item["src"])))
         dest = _relative(str(item["dest"]), index)
         mode = str(item.get("mode") or "0644")
+        build = item.get("build")
+        if build is not None and build not in BUILDS:
+            raise ScriptsError(f"bench_scripts_files[{index}].build is {build!r}: give one of {', '.join(BUILDS)} "
+                               "(a package folder shipped as one runnable file), or leave it out to ship as is.")
         if not os.path.exists(src):
             if item.get("optional"):
                 skipped.append(f"{item['src']} (optional, absent on the controller)")
@@ -66,22 +125,22 @@ def manifest(root: str, files: list[dict]) -> tuple[list[dict], list[str]]:
                 f"bench_scripts_files[{index}].src {item['src']!r} does not exist on the controller (looked at "
                 f"{src}): fix the path or bench_scripts_source_root."
             )
-        if os.path.isdir(src):
-            pairs = []
-            for folder, dirs, names in os.walk(src):
-                dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-                for name in sorted(names):
-                    if name.endswith(SKIP_SUFFIXES):
-                        continue
-                    full = os.path.join(folder, name)
-                    pairs.append((full, os.path.normpath(os.path.join(dest, os.path.relpath(full, src)))))
+        if build:
+            pairs = [(src, dest)]
+        elif os.path.isdir(src):
+            pairs = [(full, os.path.normpath(os.path.join(dest, rel))) for full, rel in _package_files(src)]
         else:
             pairs = [(src, dest)]
         for full, rel in pairs:
             if rel in seen:
                 raise ScriptsError(f"two entries ship to {rel}: {seen[rel]} and {full}; give them different dests.")
             seen[rel] = full
-            entries.append({"src": os.path.abspath(full), "dest": rel, "sha256": sha256(full), "mode": mode})
+            if build:
+                entry = {"src": os.path.abspath(full), "dest": rel, "mode": mode, "build": build}
+                entry["sha256"] = hashlib.sha256(_built(entry)).hexdigest()
+            else:
+                entry = {"src": os.path.abspath(full), "dest": rel, "sha256": sha256(full), "mode": mode}
+            entries.append(entry)
     return entries, skipped
 
 
@@ -116,8 +175,11 @@ def bundle(entries: list[dict], folder: str | None = None) -> str:
     try:
         with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
             for entry in entries:
-                with open(entry["src"], "rb") as fh:
-                    data = fh.read()
+                if entry.get("build"):
+                    data = _built(entry)
+                else:
+                    with open(entry["src"], "rb") as fh:
+                        data = fh.read()
                 if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                     raise ScriptsError(f"{entry['src']} changed on the controller while shipping; run again.")
                 info = tarfile.TarInfo(entry["dest"])

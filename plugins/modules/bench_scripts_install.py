@@ -14,7 +14,9 @@ description:
     destination and renames it into place with its mode, then removes the bundle.
   - Uses Python's tarfile (standard library); no tar binary needed on the node.
 author:
-  - specbench contributors
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   dir:
     description: The node folder the entries' C(dest) are relative to.
@@ -32,10 +34,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Reports what it would install; writes nothing.
+    details: Reports what it would install; writes nothing.
   diff_mode:
     support: none
-    description: Nothing to diff.
+    details: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.bench_scripts_manifest
   - module: specbench.core.bench_scripts_verify
@@ -55,7 +59,7 @@ installed:
   returned: success
   type: list
   elements: str
-  sample: [sglang_emulator/cli.py, bin/specbench_client.py]
+  sample: [sglang_emulator/cli.py, bin/specbench_client.pyz]
 """
 
 import os

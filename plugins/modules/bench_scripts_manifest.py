@@ -14,8 +14,13 @@ description:
   - Run it on the controller (C(delegate_to) localhost); M(specbench.core.bench_scripts_verify)
     compares a node with the result.
   - Folders are walked recursively, leaving out C(__pycache__) and compiled files.
+  - An entry with C(build=zipapp) ships a Python package folder as one runnable file (a zipapp
+    that runs the package's C(__main__)), built here at ship time, deterministically (sorted
+    members, fixed timestamps), so its sha256 is stable.
 author:
-  - specbench contributors
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   root:
     description: The folder the C(src) paths are relative to (the collection root).
@@ -24,7 +29,8 @@ options:
   files:
     description:
       - Entries with C(src) (file or folder under I(root)), C(dest) (relative to the node folder),
-        C(mode) (default C(0644)) and C(optional) (skip, and say so, when the source is absent).
+        C(mode) (default C(0644)), C(optional) (skip, and say so, when the source is absent) and
+        C(build) (C(zipapp) ships the package folder C(src) as one file built from it).
     type: list
     elements: dict
     required: true
@@ -39,10 +45,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only, but for the temporary bundle, which is written in check mode too.
+    details: Read-only, but for the temporary bundle, which is written in check mode too.
   diff_mode:
     support: none
-    description: Nothing to diff.
+    details: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.bench_scripts_verify
 """
@@ -52,7 +60,7 @@ EXAMPLES = r"""
   specbench.core.bench_scripts_manifest:
     root: "{{ playbook_dir }}"
     files:
-      - {src: plugins/module_utils/specbench_client.py, dest: bin/specbench_client.py, mode: "0755"}
+      - {src: plugins/module_utils/specbench_client, dest: bin/specbench_client.pyz, mode: "0755", build: zipapp}
       - {src: files/sglang_emulator, dest: sglang_emulator}
   delegate_to: localhost
   run_once: true

@@ -14,7 +14,9 @@ description:
   - Returns C(to_copy), the entries to ship again. Changes nothing.
   - Warns when I(dir) is under /tmp, /var/tmp or /dev/shm (tmpfiles cleaning removes files there).
 author:
-  - specbench contributors
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   dir:
     description: The node folder the entries' C(dest) are relative to.
@@ -28,10 +30,12 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Read-only; runs the same in check mode.
+    details: Read-only; runs the same in check mode.
   diff_mode:
     support: none
-    description: Nothing to diff.
+    details: Nothing to diff.
+  facts:
+    support: none
 seealso:
   - module: specbench.core.bench_scripts_manifest
 """
@@ -55,7 +59,7 @@ missing:
   returned: success
   type: list
   elements: str
-  sample: [bin/specbench_client.py]
+  sample: [bin/specbench_client.pyz]
 differs:
   description: Files whose sha256 differs from the controller's copy.
   returned: success

@@ -1,6 +1,6 @@
 #!/usr/bin/python
-# Copyright: specbench developers
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
 """Module bench_sweep: measure concurrency levels on the node, next to the server."""
 from __future__ import annotations
 
@@ -20,14 +20,17 @@ description:
   - Per level also TTFT, ITL, TPOT and E2E (mean, p50, p90, p99), per-stream decode tok/s, request/s,
     failures by kind, the accept length of speculative decoding, the server's running and queued
     requests from /metrics, and the client's own CPU use with a warning when the client is the limit.
-  - The client core is C(plugins/module_utils/specbench_client.py), standard library only; the same
-    file runs by hand on the node as C(specbench_client.py --help).
+  - The client core is the package C(plugins/module_utils/specbench_client/), standard library only;
+    the role bench_scripts ships it to the node as one file that runs by hand there as
+    C(python3 specbench_client.pyz --help).
   - Used through the action plugin of the same name, which runs the levels one by one from the
     controller, prints a progress line per level and writes each level to the results file at once.
     Called directly (for example with C(ansible -m)), the module measures every level in one call.
 version_added: "0.1.0"
 author:
-  - specbench developers
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
 options:
   base_url:
     description:
@@ -145,8 +148,10 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Sends no request; returns what it would run.
+    details: Sends no request; returns what it would run.
   diff_mode:
+    support: none
+  facts:
     support: none
 notes:
   - The node needs Python 3.8 or later and nothing else.
@@ -283,7 +288,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
     probe_server,
     public_settings,
     redact,
-    run_level,
+    sweep,
 )
 
 ARGUMENT_SPEC = {
@@ -329,12 +334,7 @@ def main() -> None:
         module.fail_json(msg=redact(str(exc), secrets), settings=public, levels=[], server_error=True)
     if probe_only:
         module.exit_json(changed=False, server=redact(server, secrets), settings=public)
-    levels = []
-    for concurrency in settings["concurrency"]:
-        level = run_level(settings, concurrency, server)
-        levels.append(redact(level, secrets))
-        if level["error"] and settings["stop_on_error"]:
-            break
+    levels = [redact(level, secrets) for level in sweep(settings, server)]
     module.exit_json(changed=False, server=redact(server, secrets), levels=levels, settings=public)
 
 

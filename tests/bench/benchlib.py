@@ -6,11 +6,14 @@ Traffic goes to 127.0.0.1 only.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -18,15 +21,31 @@ import specbench_testkit as kit
 from specbench_testkit import PlaybookRun, free_port, inventory, local_host
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENT = ROOT / "plugins" / "module_utils" / "specbench_client.py"
+MODULE_UTILS = ROOT / "plugins" / "module_utils"
+PACKAGE = MODULE_UTILS / "specbench_client"
 PROXY = Path(__file__).resolve().parent / "faultproxy.py"
 # ansible-runner looks ansible-playbook up on this process's PATH.
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-sys.path.insert(0, str(CLIENT.parent))
+sys.path.insert(0, str(MODULE_UTILS))
 
-import specbench_client as sc  # noqa: E402 - the client core, importable the way the node runs it
+import bench_scripts  # noqa: E402 - builds the one file the node runs
+import specbench_client as sc  # noqa: E402 - the client core, as a plain package (no Ansible)
 
-__all__ = ["CLIENT", "FaultProxy", "Run", "analytic", "free_port", "run_playbook", "sc"]
+__all__ = ["CLIENT", "PACKAGE", "FaultProxy", "Run", "analytic", "build_client", "free_port", "run_playbook", "sc"]
+
+
+def build_client(folder: Path) -> Path:
+    """The client as the node gets it: ``specbench_client.pyz`` built from the package, as
+    bench_scripts builds it when it ships."""
+    path = Path(folder) / "specbench_client.pyz"
+    path.write_bytes(bench_scripts.zipapp_bytes(str(PACKAGE)))
+    path.chmod(0o755)
+    return path
+
+
+_BUILT = Path(tempfile.mkdtemp(prefix="specbench-client-"))
+atexit.register(shutil.rmtree, _BUILT, True)
+CLIENT = build_client(_BUILT)  # what the script tests run: the shipped artefact, not the sources
 
 
 def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -> dict:

@@ -11,7 +11,7 @@ import sys
 import threading
 
 import pytest
-from benchlib import CLIENT, sc
+from benchlib import CLIENT, PACKAGE, sc
 
 
 # -- settings --------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ class CannedServer:
         self.sock.settimeout(0.2)
         while not self.stop.is_set():
             try:
-                conn, _ = self.sock.accept()
+                conn = self.sock.accept()[0]
             except OSError:
                 continue
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
@@ -193,7 +193,7 @@ class CannedServer:
                     if not data:
                         return
                     buf += data
-                head, _, rest = buf.partition(b"\r\n\r\n")
+                head, unused, rest = buf.partition(b"\r\n\r\n")
                 length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
                 while len(rest) < length:
                     rest += conn.recv(65536)
@@ -325,10 +325,15 @@ def test_script_help_and_probe_error():
 
 
 def test_standard_library_only():
-    """The node gets this one file: it imports nothing outside the standard library."""
-    source = CLIENT.read_text()
-    imported = {line.split()[1].split(".")[0] for line in source.splitlines()
-                if line.startswith(("import ", "from ")) and "__future__" not in line}
+    """The node runs the package as one file: it imports nothing outside the standard library
+    (and nothing from Ansible); inside the package only relative imports."""
+    files = sorted(PACKAGE.rglob("*.py"))
+    assert len(files) > 10
+    imported = set()
+    for path in files:
+        for line in path.read_text().splitlines():
+            if line.startswith(("import ", "from ")) and "__future__" not in line and not line.startswith("from ."):
+                imported.add(line.split()[1].split(".")[0])
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
 
 
@@ -409,3 +414,32 @@ def test_fast_path_reads_what_the_full_parse_reads(api, compact):
     assert len(fast[0]) >= 5
     if api == "native":  # the only API with a fast path: the plain chunks took it
         assert fast[3] >= 3 and slow[3] == 0
+
+
+@pytest.mark.parametrize(("stop_on_error", "measured", "status"), [
+    (True, [1, 2], "stopped"),
+    (False, [1, 2, 5], "complete_with_errors"),
+])
+def test_one_sweep_loop_stops_after_a_failed_level(stop_on_error, measured, status):
+    """The loop the CLI, the module and the action plugin share: every level in order, the
+    callback after each, a stop after a failed one when stop_on_error is set."""
+    settings = sc.normalize_settings({"concurrency": [1, 2, 5], "stop_on_error": stop_on_error})
+    seen = []
+
+    def measure(concurrency):
+        return {"concurrency": concurrency, "error": "C=2: boom" if concurrency == 2 else None}
+
+    levels = sc.sweep(settings, {}, on_level=lambda level: seen.append(level["concurrency"]), measure=measure)
+    assert [lv["concurrency"] for lv in levels] == seen == measured
+    assert sc.sweep_outcome(levels, stop_on_error) == (status, "C=2: boom")
+    assert sc.sweep_outcome(levels[:1], stop_on_error) == ("complete", None)
+
+
+def test_unmeasured_level_has_the_fields_of_a_measured_one():
+    level = sc.unmeasured_level(30, "C=30: the module returned no result")
+    assert level["error"] == "C=30: the module returned no result" and level["requests_ok"] == 0
+    for key in ("output_tok_per_s", "output_tok_per_s_ci95", "output_tok_per_s_whole_run", "request_per_s",
+                "failures_by_kind", "ttft_ms", "itl_ms", "tpot_ms", "e2e_ms", "decode_tok_per_s_per_stream",
+                "accept_length", "server_running", "server_queued", "client", "warnings"):
+        assert key in level
+    assert sc.format_level_line(level).startswith("C=  30 | output      -  tok/s")

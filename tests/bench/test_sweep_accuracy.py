@@ -30,10 +30,10 @@ GROUPS = {"low": ([1, 2, 5, 10], 0.4), "mid": ([30, 70], 0.2), "high": ([100, 25
 
 def test_steady_state_within_two_percent_of_analytic_at_every_default_level(tmp_path, emulator):
     emus = {host: emulator("--tp-size", "8", "--chunked-prefill-size", "200", "--enable-metrics", time_scale=scale)
-            for host, (_, scale) in GROUPS.items()}
+            for host, (_levels, scale) in GROUPS.items()}
     common = {"mode": "baseline", "engine": "external", "bench_input_len": 128, "bench_output_len": 128,
               "bench_warmup_s": 1, "bench_window_s": 3, "bench_drain": False, "bench_metrics_interval_s": 0.25}
-    pending = {host: levels for host, (levels, _) in GROUPS.items()}
+    pending = {host: levels for host, (levels, _scale) in GROUPS.items()}
     rows: dict[int, tuple] = {}
     for attempt in range(3):
         run = run_playbook(tmp_path, {host: {**common, "base_url": emus[host].base_url, "bench_concurrency": levels}
@@ -71,14 +71,14 @@ def test_seeds_figures_on_the_default_profile(tmp_path, emulator):
     spec = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
     hosts = {"base": ("baseline", [1], 0.2, ()), "eagle-one": ("eagle3", [1], 0.2, spec),
              "eagle-mid": ("eagle3", [70, 100], 0.1, spec), "eagle-high": ("eagle3", [250], 0.1, spec)}
-    emus = {host: emulator("--tp-size", "8", *flags, time_scale=scale) for host, (_, _, scale, flags) in hosts.items()}
+    emus = {host: emulator("--tp-size", "8", *flags, time_scale=scale) for host, (_mode, _levels, scale, flags) in hosts.items()}
     common = {"engine": "external", "bench_warmup_s": 1, "bench_window_s": 3, "bench_drain": False}
     run = run_playbook(tmp_path, {
         host: {**common, "mode": mode, "base_url": emus[host].base_url, "bench_concurrency": levels,
                **({"bench_window_s": 16} if host == "eagle-one" else {})}
-        for host, (mode, levels, _, _) in hosts.items()})
+        for host, (mode, levels, _scale, _flags) in hosts.items()})
     assert run.rc == 0, run.stdout
-    levels = {(host, lv["concurrency"]): lv for host, (mode, _, _, _) in hosts.items()
+    levels = {(host, lv["concurrency"]): lv for host, (mode, _levels, _scale, _flags) in hosts.items()
               for lv in run.results(host, mode)["levels"]}
     model = {key: lv["output_tok_per_s"] * hosts[key[0]][2] for key, lv in levels.items()}
     print({k: round(v, 1) for k, v in model.items()})
@@ -88,7 +88,7 @@ def test_seeds_figures_on_the_default_profile(tmp_path, emulator):
     flat = [model[("eagle-mid", 70)], model[("eagle-mid", 100)], model[("eagle-high", 250)]]
     assert all(v == pytest.approx(340, rel=0.03) for v in flat), flat
     assert max(flat) / min(flat) < 1.04
-    for (host, _), level in levels.items():
+    for (host, _concurrency), level in levels.items():
         assert level["error"] is None, level
         if host == "base":
             assert level["accept_length"] is None

@@ -2,9 +2,16 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pytest
 from nodekit import localhost_inventory, run_playbook, snapshot_sources
+
+PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "module_utils" / "specbench_client"
 
 pytestmark = pytest.mark.slow
 
@@ -14,7 +21,7 @@ def _sha(path):
 
 
 def _report(run) -> str:
-    msgs = [res.get("msg", "") for _, task, res in run.results("runner_on_ok") if "Report the files" in task]
+    msgs = [res.get("msg", "") for _host, task, res in run.results("runner_on_ok") if "Report the files" in task]
     assert len(msgs) == 1, run.stdout[-3000:]
     return msgs[0]
 
@@ -27,9 +34,11 @@ def test_scripts_shipped_verified_and_restored(tmp_path):
         "  roles:\n    - role: specbench.core.bench_scripts\n"
     )
     src = snapshot_sources(tmp_path / "src")
+    client = src / "plugins" / "module_utils" / "specbench_client"  # the package, built into one file to ship
+    shutil.rmtree(client, ignore_errors=True)
+    shutil.copytree(PACKAGE, client, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     inventory = localhost_inventory(specbench_node_dir=str(node), bench_scripts_source_root=str(src))
     sources = sorted(p for p in (src / "files" / "sglang_emulator").rglob("*") if p.is_file())
-    client = src / "plugins" / "module_utils" / "specbench_client.py"
 
     first = run_playbook(tmp_path, playbook, inventory)
     assert first.rc == 0, first.stdout[-3000:]
@@ -37,9 +46,15 @@ def test_scripts_shipped_verified_and_restored(tmp_path):
     for source in sources:
         dest = node / "sglang_emulator" / source.relative_to(src / "files" / "sglang_emulator")
         assert _sha(dest) == _sha(source), dest
-    if client.exists():
-        shipped = node / "bin" / "specbench_client.py"
-        assert _sha(shipped) == _sha(client) and shipped.stat().st_mode & 0o111
+    shipped = node / "bin" / "specbench_client.pyz"
+    assert shipped.stat().st_mode & 0o111
+    with zipfile.ZipFile(shipped) as archive:  # the package's files, unchanged, plus the entry point
+        members = {name: archive.read(name) for name in archive.namelist() if name != "__main__.py"}
+    assert members == {f"specbench_client/{p.relative_to(client).as_posix()}": p.read_bytes()
+                       for p in client.rglob("*") if p.is_file()}
+    helped = subprocess.run([sys.executable, "-I", str(shipped), "--help"], capture_output=True, text=True,
+                            check=False, timeout=60)
+    assert helped.returncode == 0 and "--concurrency" in helped.stdout, helped.stderr
 
     second = run_playbook(tmp_path, playbook, inventory)
     assert second.rc == 0 and second.changed() == [], second.changed()

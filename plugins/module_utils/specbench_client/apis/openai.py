@@ -1,0 +1,41 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""What chat and completions share: OpenAI's streamed events and request body.
+
+Tokens per chunk: the words of each delta, scaled afterwards so a request's total equals the
+server's ``usage.completion_tokens`` (exact totals; exact per chunk on the emulator).
+"""
+from __future__ import annotations
+
+SCALE_TO_USAGE = True  # per-chunk counts are word counts: scale them to usage.completion_tokens
+fast = None  # no fast path: every event is parsed whole
+
+
+def base_body(model: str, output_len: int) -> dict:
+    """The body fields both OpenAI endpoints take: fixed length, greedy, streamed with usage."""
+    return {"model": model, "max_tokens": output_len, "temperature": 0.0, "ignore_eos": True,
+            "stream": True, "stream_options": {"include_usage": True}}
+
+
+def handle_event(req, obj: dict, t: float, text_of) -> bool:
+    """One OpenAI SSE event (chat or completions, told apart by ``text_of``); False: an error
+    object."""
+    choices = obj.get("choices")
+    if choices:
+        c0 = choices[0]
+        text = text_of(c0)
+        if text:
+            req.ts.append(t)
+            req.ks.append(len(text.split()) or 1)
+            if req.first is None:
+                req.first = t
+        if c0.get("finish_reason"):
+            req.finish = c0["finish_reason"]
+            req.end = t
+    elif "error" in obj or obj.get("object") == "error":
+        return False
+    usage = obj.get("usage")
+    if usage:
+        req.usage_ct = usage.get("completion_tokens")
+        req.prompt_tokens = usage.get("prompt_tokens")
+    return True

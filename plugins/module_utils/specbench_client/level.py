@@ -1,0 +1,253 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""One level: its worker processes forked and coordinated (one common window start), their
+results merged, the /metrics poller beside them, repeats, cache flush and accept length.
+"""
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import resource
+import select
+import struct
+import time
+from array import array
+
+from . import engines
+from .server import MetricsPoller, flush_cache, server_accept_length
+from .settings import SettingsError
+from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
+from .worker import Worker, snap
+
+RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
+
+
+def resolve_workers(settings: dict, concurrency: int) -> int:
+    if settings["workers"]:
+        return max(1, min(settings["workers"], concurrency))
+    return max(1, min(os.cpu_count() or 1, math.ceil(concurrency / 256)))
+
+
+def ensure_fd_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= needed:
+        return
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise SettingsError(f"{needed} streams in one process need {needed} open files, but the hard limit is "
+                            f"{hard}: raise `ulimit -n` on the node or use more workers")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def _run_in_child(plan: dict, ids: list[int]) -> tuple[int, int, int]:
+    """Fork one worker process; returns (pid, fd to read its messages, fd to send it the window start)."""
+    res_r, res_w = os.pipe()
+    ctl_r, ctl_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(res_r)
+            os.close(ctl_w)
+            try:
+                result = Worker(plan, ids, ctrl_fd=ctl_r, status_fd=res_w).run()
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                result = {"crash": f"{type(exc).__name__}: {exc}"}
+            data = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            view = memoryview(b"D" + struct.pack("Q", len(data)) + data)
+            while view:
+                n = os.write(res_w, view)
+                view = view[n:]
+        except BaseException:  # noqa: BLE001 - the child must never return into the caller
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(res_w)
+    os.close(ctl_r)
+    return pid, res_r, ctl_w
+
+
+def _coordinate(children: list, t0: float, bin_w: float) -> list[dict]:
+    """Read every child's messages; once all are ready, send them the common window start."""
+    bufs = {child[1]: b"" for child in children}
+    ready: dict[int, float] = {}
+    results: dict[int, dict] = {}
+    open_fds = set(bufs)
+    sent = False
+    while open_fds:
+        readable, unused_w, unused_x = select.select(list(open_fds), [], [], 1.0)
+        for fd in readable:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                open_fds.discard(fd)
+                ready.setdefault(fd, time.monotonic())
+                continue
+            buf = bufs[fd] + chunk
+            while buf:
+                if buf[:1] == b"R" and len(buf) >= 9:
+                    ready[fd] = struct.unpack("d", buf[1:9])[0]
+                    buf = buf[9:]
+                elif buf[:1] == b"D" and len(buf) >= 9:
+                    size = struct.unpack("Q", buf[1:9])[0]
+                    if len(buf) < 9 + size:
+                        break
+                    results[fd] = pickle.loads(buf[9:9 + size])
+                    buf = buf[9 + size:]
+                else:
+                    break
+            bufs[fd] = buf
+        if not sent and len(ready) == len(children):
+            sent = True
+            ws = struct.pack("d", snap(max(ready.values()), t0, bin_w))
+            for child in children:
+                try:
+                    os.write(child[2], ws)
+                except OSError:
+                    pass
+    out = []
+    for pid, res_r, ctl_w in children:
+        os.close(res_r)
+        os.close(ctl_w)
+        os.waitpid(pid, 0)
+        out.append(results.get(res_r) or {"crash": f"worker process {pid} died without a result"})
+    return out
+
+
+def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int = 0) -> dict:
+    """Run one level once; returns the workers' raw results merged."""
+    workers = resolve_workers(settings, concurrency)
+    per_worker = math.ceil(concurrency / workers)
+    ensure_fd_limit(per_worker + 64)
+    warmup, window = settings["warmup_s"], settings["window_s"]
+    count_mode = settings["requests"] > 0
+    batches = settings["batches"]
+    t0 = time.monotonic() + 0.02 + 0.03 * workers
+    ramp = warmup * RAMP_FRACTION
+    starts = [t0 + ramp * i / concurrency for i in range(concurrency)]
+    bin_w = 0.002 if count_mode else window / (batches * FINE_BINS_PER_BATCH)
+    groups = [list(range(w, concurrency, workers)) for w in range(workers)]
+    shares: list = [None] * workers
+    if count_mode:  # an exact split of the request budget over the workers
+        total = settings["requests"]
+        shares = [total * len(ids) // concurrency for ids in groups]
+        for i in range(total - sum(shares)):
+            shares[i % workers] += 1
+    plans = [{"settings": settings, "model": model, "t0": t0, "bin_w": bin_w, "starts": starts, "budget": share,
+              "key": key, "trace": trace} for share in shares]
+    poller = MetricsPoller(settings, t0) if settings.get("_metrics") else None
+    try:
+        if workers == 1:
+            if poller:
+                poller.start()
+            results = [Worker(plans[0], groups[0]).run()]
+        else:
+            children = [_run_in_child(plan, ids) for plan, ids in zip(plans, groups)]  # noqa: B905
+            if poller:
+                poller.start()
+            results = _coordinate(children, t0, bin_w)
+    finally:
+        if poller:
+            poller.halt.set()
+    if poller:
+        poller.join(timeout=5)
+    crashes = [r["crash"] for r in results if "crash" in r]
+    if crashes:
+        raise RuntimeError("a client worker process failed: " + "; ".join(crashes))
+    merged = _merge(results)
+    merged.update(t0=t0, bin_w=bin_w, workers=workers, concurrency=concurrency)
+    window_rates(merged, settings)
+    if poller:
+        merged["metrics"] = poller.result(merged["ws"], merged["window_end"])
+        merged["metrics_error"] = poller.error
+    else:
+        merged["metrics"] = merged["metrics_error"] = None
+    return merged
+
+
+def _merge(results: list[dict]) -> dict:
+    out: dict = {"kinds": {}, "examples": {}}
+    for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify"):
+        out[key] = sum(r[key] for r in results)
+    for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends"):
+        out[key] = [v for r in results for v in r[key]]
+    itl = array("d")
+    for r in results:
+        itl.extend(r["itl"])
+    out["itl"] = itl
+    bins = [0.0] * max(len(r["bins"]) for r in results)
+    for r in results:
+        for i, v in enumerate(r["bins"]):
+            bins[i] += v
+    out["bins"] = bins
+    for r in results:
+        for kind, n in r["kinds"].items():
+            out["kinds"][kind] = out["kinds"].get(kind, 0) + n
+        for kind, msg in r["examples"].items():
+            out["examples"].setdefault(kind, msg)
+    firsts = [r["first_send"] for r in results if r["first_send"] is not None]
+    lasts = [r["last_end"] for r in results if r["last_end"] is not None]
+    out["first_send"] = min(firsts) if firsts else None
+    out["last_end"] = max(lasts) if lasts else None
+    wss = [r["ws"] for r in results if r["ws"] is not None]
+    out["ws"] = max(wss) if wss else None
+    fulls = [r["full_end"] for r in results if r["full_end"] is not None]
+    out["full_end"] = min(fulls) if fulls else None
+    reasons = [r["stop_reason"] for r in results if r["stop_reason"] not in (None, "window", "requests")]
+    out["stop_reason"] = reasons[0] if reasons else None
+    out["cpu"] = [r["cpu"] for r in results]
+    out["lag"] = [r["lag"] for r in results]
+    out["window_end"] = None
+    return out
+
+
+def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) -> dict:
+    """Measure one level (all its repeats); the returned dict is the level's result."""
+    started = time.time()
+    t_start = time.monotonic()
+    settings = dict(settings, _metrics=bool(server.get("metrics_available")))
+    spec = bool(server.get("speculative_algorithm"))
+    engine = engines.for_server(server)
+    level: dict = {"concurrency": concurrency, "api": settings["api"], "error": None, "warnings": []}
+    raws = []
+    accept_server = []
+    flushed_all = True
+    try:
+        for rep in range(settings["repeats"]):
+            if settings["flush_cache"] and spec:
+                flushed_all = flush_cache(settings, engine=engine) and flushed_all
+            raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace)
+            raws.append(raw)
+            if spec and settings["api"] != "native":
+                value = server_accept_length(settings, engine)
+                if value is not None:
+                    accept_server.append(value)
+            if raw["ok"] == 0 or raw["stop_reason"]:
+                break
+    except (OSError, RuntimeError, SettingsError) as exc:
+        level["error"] = f"C={concurrency}: the client failed: {exc}"
+        level.update(empty_level_fields())
+        return level
+    level.update(summarize(raws, settings, concurrency))
+    if spec:
+        if settings["api"] == "native" and level.pop("_spec_verify"):
+            level["accept_length"] = round(level.pop("_spec_ct") / level.pop("_spec_verify_sum"), 4)
+            level["accept_length_source"] = "sum(completion_tokens) / sum(spec_verify_ct) of /generate"
+        elif accept_server:
+            level["accept_length"] = round(sum(accept_server) / len(accept_server), 4)
+            level["accept_length_source"] = ("/get_server_info avg_spec_accept_length after "
+                                             + ("/flush_cache" if settings["flush_cache"] and flushed_all
+                                                else "no flush (lifetime average)"))
+    for key in ("_spec_verify", "_spec_ct", "_spec_verify_sum"):
+        level.pop(key, None)
+    level.setdefault("accept_length", None)
+    level.setdefault("accept_length_source", None)
+    if spec and level["accept_length"] is None and level["requests_ok"]:
+        level["warnings"].append("speculative server, but no accept length: neither spec_verify_ct in /generate "
+                                 "nor avg_spec_accept_length in /get_server_info")
+    if server.get("metrics_available") is False:
+        level["server_note"] = "no /metrics (start SGLang with --enable-metrics for running/queued counts)"
+    level["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+    level["duration_s"] = round(time.monotonic() - t_start, 3)
+    if trace:
+        level["_traces"] = [t for raw in raws for t in raw["traces"]]
+    return level

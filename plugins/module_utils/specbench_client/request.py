@@ -1,0 +1,82 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Requests: prompts (synthesized from a seed or given), the HTTP request bytes for an API,
+and the record one request's arrivals go into.
+"""
+from __future__ import annotations
+
+import json
+import random
+
+from .apis import ADAPTERS
+from .settings import __version__
+
+VOCAB = (
+    "time person year way day thing man world life hand part child eye woman place work week case point "
+    "government company number group problem fact water room mother area money story month lot right study "
+    "book word business issue side kind head house service friend father power hour game line end member "
+    "law car city community name president team minute idea body information back parent face others level "
+    "office door health art war history party result change morning reason research girl guy moment air "
+    "teacher force education foot boy age policy process music market sense nation plan college interest"
+).split()
+
+
+def synth_prompt(seed: int, key: str, words: int) -> str:
+    rng = random.Random(f"{seed}:{key}")
+    return " ".join(rng.choices(VOCAB, k=words))
+
+
+class RequestFactory:
+    """HTTP request bytes for one API; each request gets its own prompt."""
+
+    def __init__(self, settings: dict, model: str, host: str, port: int, prefix: str):
+        self.api = settings["api"]
+        self.adapter = ADAPTERS[self.api]
+        self.model = model
+        self.input_len = settings["input_len"]
+        self.output_len = settings["output_len"]
+        self.seed = settings["seed"]
+        self.prompts = settings.get("prompts")
+        path = self.adapter.PATH
+        host_header = f"[{host}]" if ":" in host else host
+        head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host_header}:{port}", "User-Agent: specbench-client/"
+                + __version__, "Accept: text/event-stream", "Content-Type: application/json"]
+        if settings.get("api_key"):
+            head.append(f"Authorization: Bearer {settings['api_key']}")
+        self.head = ("\r\n".join(head) + "\r\nContent-Length: ").encode()
+
+    def prompt(self, key: str, index: int) -> str:
+        if self.prompts:
+            return self.prompts[index % len(self.prompts)]
+        return synth_prompt(self.seed, key, self.input_len)
+
+    def body(self, prompt: str, output_len: int) -> dict:
+        return self.adapter.body(self.model, prompt, output_len)
+
+    def build(self, key: str, index: int, output_len: int) -> bytes:
+        data = json.dumps(self.body(self.prompt(key, index), output_len), separators=(",", ":")).encode()
+        return self.head + str(len(data)).encode() + b"\r\n\r\n" + data
+
+
+class Req:
+    """One request: its send time, and the time and token count of every chunk that arrived."""
+
+    __slots__ = ("ct", "done", "end", "expect", "finish", "first", "index", "ks", "measured", "prompt_tokens",
+                 "status", "t_send", "ts", "usage_ct", "verify")
+
+    def __init__(self, index: int, t_send: float, measured: bool, expect: int):
+        self.index = index
+        self.expect = expect
+        self.t_send = t_send
+        self.measured = measured
+        self.ts: list[float] = []
+        self.ks: list[int] = []
+        self.first = None
+        self.end = None
+        self.done = False
+        self.finish = None
+        self.ct = 0
+        self.usage_ct = None
+        self.prompt_tokens = None
+        self.verify = None
+        self.status = 0

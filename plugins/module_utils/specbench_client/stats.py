@@ -1,0 +1,57 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Statistics: percentiles (numpy's linear interpolation), summaries, 95 % t-intervals."""
+from __future__ import annotations
+
+import math
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+        2.045, 2.042)
+
+
+def percentile(sorted_values, p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    n = len(sorted_values)
+    if n == 1:
+        return float(sorted_values[0])
+    pos = (n - 1) * p / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, n - 1)
+    return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
+
+
+def summary(values, scale: float = 1.0, digits: int = 3, ci: bool = False) -> dict | None:
+    """mean, p50, p90, p99 (times ``scale``), or None without values; with ``ci`` also the
+    95 % t-interval of the mean (for one value per request)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    mean = math.fsum(ordered) / len(ordered)
+    out = {
+        "mean": round(mean * scale, digits),
+        "p50": round(percentile(ordered, 50) * scale, digits),
+        "p90": round(percentile(ordered, 90) * scale, digits),
+        "p99": round(percentile(ordered, 99) * scale, digits),
+    }
+    if ci:
+        interval = mean_ci95(ordered)[1]
+        out["mean_ci95"] = [round(interval[0] * scale, digits), round(interval[1] * scale, digits)] if interval else None
+    return out
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        return float("nan")
+    return T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df
+
+
+def mean_ci95(samples: list[float]) -> tuple[float, list[float] | None]:
+    """Mean and its 95 % t-interval; no interval from fewer than two samples."""
+    n = len(samples)
+    mean = math.fsum(samples) / n if n else 0.0
+    if n < 2:
+        return mean, None
+    var = math.fsum((x - mean) ** 2 for x in samples) / (n - 1)
+    half = t975(n - 1) * math.sqrt(var / n)
+    return mean, [mean - half, mean + half]

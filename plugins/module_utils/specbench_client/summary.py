@@ -1,0 +1,212 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""A level's figures from its raw results: the steady-state rate over the window's fine bins
+with its 95 % interval, the whole-run rate, latency summaries, failures described by kind,
+the client's own load, and the warnings that make figures suspect.
+"""
+from __future__ import annotations
+
+from array import array
+
+from .settings import parse_base_url
+from .stats import mean_ci95, summary
+
+FINE_BINS_PER_BATCH = 50
+
+BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
+READ_LAG_LIMIT_S = 0.010  # reads this far behind the data's arrival, on average: the client lags
+
+KIND_HELP = {
+    "connect_refused": "connection refused: nothing listens at {addr} (the server is down or has crashed)",
+    "connect_failed": "could not connect to {addr}",
+    "disconnected": "the server closed the connection mid-response (crashed, restarted or killed?)",
+    "timeout": "no complete response within the per-request timeout of {timeout:g} s (a stalled stream? "
+               "raise bench_request_timeout_s / --request-timeout-s if the server is only slow)",
+    "http_401": "401 Unauthorized: the API key is wrong or missing (set bench_api_key / --api-key to the server's "
+                "--api-key)",
+    "http_403": "403 Forbidden: the API key is not allowed to generate",
+    "http_404": "404 Not Found: this server has no such endpoint (wrong api for this server, or a path in base_url?)",
+    "http_4xx": "the server refused the request",
+    "http_5xx": "the server failed the request",
+    "malformed": "malformed response: not the server-sent events an OpenAI or SGLang server sends",
+    "server_error": "the server reported an error inside the stream",
+    "incomplete": "the stream ended without [DONE] or a finish reason",
+    "client_error": "the client itself failed",
+}
+
+
+def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], float]:
+    """(tokens/s over the steady window, batch rates, window seconds); sets raw["window_end"]."""
+    ws = raw["ws"]
+    if ws is None:
+        return None, [], 0.0
+    bins, bin_w, batches = raw["bins"], raw["bin_w"], settings["batches"]
+    first = int(round((ws - raw["t0"]) / bin_w))
+    if settings["requests"] > 0:
+        end = raw["full_end"] if raw["full_end"] is not None else raw["last_end"]
+        if end is None or end <= ws:
+            return None, [], 0.0
+        usable = int((end - ws) / bin_w)
+        batches = max(2, min(batches, usable // 5))  # a short run: fewer, still meaningful batches
+        usable -= usable % batches
+        if usable < batches:
+            return None, [], 0.0
+    else:
+        usable = batches * FINE_BINS_PER_BATCH
+        if raw["stop_reason"] and raw["last_end"] is not None:
+            usable = min(usable, max(0, int((raw["last_end"] - ws) / bin_w)))
+            usable -= usable % batches
+            if usable < batches:
+                return None, [], 0.0
+    window_bins = bins[first:first + usable]
+    window_bins += [0.0] * (usable - len(window_bins))
+    window = usable * bin_w
+    raw["window_end"] = ws + window
+    per = usable // batches
+    rates = [sum(window_bins[i * per:(i + 1) * per]) / (per * bin_w) for i in range(batches)]
+    return sum(window_bins) / window, rates, window
+
+
+def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
+    host, port = parse_base_url(settings["base_url"])[:2]
+    parts = []
+    for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1]):
+        base = kind if kind in KIND_HELP else ("http_5xx" if kind.startswith("http_5") else "http_4xx")
+        text = KIND_HELP.get(base, kind).format(addr=f"{host}:{port}", timeout=settings["request_timeout_s"])
+        parts.append(f"{n} x {kind} ({text}; e.g. {examples.get(kind, '')})")
+    return "; ".join(parts)
+
+
+def empty_level_fields() -> dict:
+    return {"output_tok_per_s": None, "output_tok_per_s_ci95": None, "requests_ok": 0, "requests_failed": 0,
+            "ttft_ms": None, "itl_ms": None, "tpot_ms": None, "e2e_ms": None, "accept_length": None}
+
+
+def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
+    rates, batch_rates, windows = [], [], []
+    for raw in raws:
+        rate, batch, window = window_rates(raw, settings)
+        if rate is not None:
+            rates.append(rate)
+            batch_rates = batch if not batch_rates else batch_rates
+            windows.append(window)
+    ok = sum(r["ok"] for r in raws)
+    failed = sum(r["failed"] for r in raws)
+    kinds: dict = {}
+    examples: dict = {}
+    for raw in raws:
+        for kind, n in raw["kinds"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+        for kind, msg in raw["examples"].items():
+            examples.setdefault(kind, msg)
+    level: dict = {}
+    if len(rates) >= 2:
+        mean, ci = mean_ci95(rates)
+        method = f"t-interval over {len(rates)} repeats"
+    elif rates:
+        mean, ci = rates[0], mean_ci95(batch_rates)[1]
+        method = f"batch means, {len(batch_rates)} batches of {windows[0] / len(batch_rates):.3g} s"
+    else:
+        mean, ci, method = None, None, None
+    level["output_tok_per_s"] = round(mean, 3) if mean is not None else None
+    level["output_tok_per_s_ci95"] = [round(max(0.0, ci[0]), 3), round(ci[1], 3)] if ci else None
+    level["ci_method"] = method
+    whole = []
+    for raw in raws:
+        if raw["first_send"] is not None and raw["last_end"] is not None and raw["last_end"] > raw["first_send"]:
+            whole.append(raw["whole_tokens"] / (raw["last_end"] - raw["first_send"]))
+    level["output_tok_per_s_whole_run"] = round(sum(whole) / len(whole), 3) if whole else None
+    total_window = sum(windows)
+    done = 0
+    for raw in raws:
+        rate, unused, window = window_rates(raw, settings)
+        if rate is not None:
+            done += sum(1 for end in raw["ends"] if raw["ws"] <= end < raw["ws"] + window)
+    level["request_per_s"] = round(done / total_window, 4) if total_window else None
+    level["requests_ok"] = ok
+    level["requests_failed"] = failed
+    level["requests_cut"] = sum(r["cut"] for r in raws)
+    level["failures_by_kind"] = kinds
+    level["failure_examples"] = examples
+    ttft = [v for r in raws for v in r["ttft"]]
+    itl = array("d")
+    for r in raws:
+        itl.extend(r["itl"])
+    level["ttft_ms"] = summary(ttft, 1000.0)
+    level["itl_ms"] = summary(itl, 1000.0)
+    level["tpot_ms"] = summary([v for r in raws for v in r["tpot"]], 1000.0, ci=True)
+    level["e2e_ms"] = summary([v for r in raws for v in r["e2e"]], 1000.0)
+    level["decode_tok_per_s_per_stream"] = summary([v for r in raws for v in r["decode"]], 1.0, ci=True)
+    outs = [v for r in raws for v in r["out_tokens"]]
+    ins = [v for r in raws for v in r["in_tokens"]]
+    level["requests_measured"] = len(outs)
+    level["output_tokens_mean"] = round(sum(outs) / len(outs), 2) if outs else None
+    level["input_tokens_mean"] = round(sum(ins) / len(ins), 2) if ins else None
+    level["requests_short"] = sum(r["short"] for r in raws)
+    level["_spec_verify"] = sum(r["spec_verify"] for r in raws) > 0
+    level["_spec_ct"] = sum(r["spec_ct"] for r in raws)
+    level["_spec_verify_sum"] = sum(r["spec_verify"] for r in raws)
+    level["window_s"] = round(total_window / len(windows), 3) if windows else 0.0
+    level["warmup_s"] = settings["warmup_s"]
+    level["repeats"] = len(raws)
+    metrics = [r["metrics"] for r in raws if r.get("metrics")]
+    if metrics:
+        level["server_running"] = metrics[-1]["running"]
+        level["server_queued"] = metrics[-1]["queued"]
+        rates = [m["generated_tok_per_s"] for m in metrics if m.get("generated_tok_per_s") is not None]
+        level["server_output_tok_per_s"] = round(sum(rates) / len(rates), 3) if rates else None
+    else:
+        level["server_running"] = level["server_queued"] = level["server_output_tok_per_s"] = None
+    cpus = [c for r in raws for c in r["cpu"] if c is not None]
+    lags = [g for r in raws for g in r["lag"] if g is not None]
+    peak = max(cpus) if cpus else None
+    lag = max(lags) if lags else None
+    level["client"] = {
+        "workers": raws[0]["workers"],
+        "cpu_percent": round(100 * sum(c or 0.0 for c in raws[-1]["cpu"]), 1) if cpus else None,
+        "cpu_percent_max_worker": round(100 * peak, 1) if cpus else None,
+        "read_lag_ms_mean": round(1000 * lag, 3) if lag is not None else None,
+        "kernel_timestamps": bool(lags),
+        "bottleneck": bool((peak is not None and peak >= BOTTLENECK_FRACTION)
+                           or (lag is not None and lag >= READ_LAG_LIMIT_S)),
+    }
+    warnings = []
+    if level["client"]["bottleneck"]:
+        warnings.append(f"client bottleneck: a client worker used {100 * (peak or 0):.0f}% of a core and read data "
+                        f"{1000 * (lag or 0):.1f} ms after it arrived on average, so the client (or a busy client "
+                        "machine) rather than the server may set this figure; use more workers or a quieter machine")
+    server_rate = level["server_output_tok_per_s"]
+    if server_rate and mean and abs(mean / server_rate - 1) > 0.1:
+        warnings.append(f"the server counted {server_rate:.1f} generated tok/s in the window, the client "
+                        f"{mean:.1f}: other clients on the server, or a client bottleneck")
+    if level["requests_short"]:
+        warnings.append(f"{level['requests_short']} requests returned a different number of tokens than they "
+                        "asked for (does the server honour max_tokens and ignore_eos?)")
+    if settings["requests"] == 0 and mean is not None and done == 0 and ok:
+        warnings.append(f"no request finished inside the window at concurrency {concurrency}: the window saw no "
+                        "request turnover (prefills), so it may read above the steady state; raise window_s")
+    if settings["requests"] and not rates and ok:
+        warnings.append("request-count mode: the warmup left no interval with every stream busy; the steady-state "
+                        "figure is missing, use the whole-run figure or more requests")
+    errors = []
+    stop = next((r["stop_reason"] for r in raws if r["stop_reason"]), None)
+    if failed:
+        head = f"{failed} of {ok + failed} requests failed"
+        if ok == 0:
+            head = f"every request failed ({failed})"
+        if stop:
+            head += f", and the level stopped early ({stop})"
+        errors.append(f"C={concurrency}: {head}: {describe_failures(kinds, examples, settings)}")
+    elif stop:
+        errors.append(f"C={concurrency}: the level stopped early: {stop}")
+    if not failed and ok == 0:
+        if mean:
+            warnings.append("no request completed during the level (all were cut at the window's end): "
+                            "latency figures are missing; raise window_s or turn drain on")
+        else:
+            errors.append(f"C={concurrency}: no output token arrived during the level")
+    level["error"] = errors[0] if errors else None
+    if ok == 0:
+        level["output_tok_per_s"] = None if failed else level["output_tok_per_s"]
+    level["warnings"] = warnings
+    return level

@@ -1,0 +1,116 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The sweep: the one loop over the levels (with its stop rule), used by the CLI, the module
+bench_sweep and its action plugin; progress lines, redaction, results files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from .level import run_level
+from .summary import empty_level_fields
+
+
+def format_level_line(level: dict, prefix: str = "") -> str:
+    """One progress line: concurrency, tok/s with its interval, TTFT p50, errors."""
+    conc = level.get("concurrency")
+    tok = level.get("output_tok_per_s")
+    ci = level.get("output_tok_per_s_ci95")
+    ttft = (level.get("ttft_ms") or {}).get("p50")
+    parts = [f"{prefix}C={conc:>4}"]
+    if tok is None:
+        parts.append("output      -  tok/s")
+    else:
+        interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
+        parts.append(f"output {tok:9.1f} tok/s{interval}")
+    parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
+    accept = level.get("accept_length")
+    if accept:
+        parts.append(f"accept {accept:.2f}")
+    parts.append(f"ok {level.get('requests_ok', 0)} failed {level.get('requests_failed', 0)}")
+    client = level.get("client") or {}
+    if client.get("bottleneck"):
+        parts.append("CLIENT-BOUND")
+    if level.get("error"):
+        parts.append(f"ERROR: {level['error']}")
+    return " | ".join(parts)
+
+
+_KEY_FLAG = re.compile(r"(--(?:admin-)?api-key(?:=|\s+))(\S+)")
+_SECRET_KEYS = ("api_key", "admin_api_key", "authorization")
+
+
+def redact(obj, secrets=()):
+    """A copy of ``obj`` without API keys: secret-named keys, --api-key arguments and the
+    literal secrets wherever they appear."""
+    secrets = [s for s in secrets if s]
+
+    def clean(value):
+        if isinstance(value, dict):
+            return {k: ("<redacted>" if str(k).lower() in _SECRET_KEYS and v else clean(v)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            items = [clean(v) for v in value]
+            for i, item in enumerate(items[:-1]):
+                if isinstance(item, str) and item in ("--api-key", "--admin-api-key"):
+                    items[i + 1] = "<redacted>"
+            return items
+        if isinstance(value, str):
+            value = _KEY_FLAG.sub(r"\1<redacted>", value)
+            for secret in secrets:
+                value = value.replace(secret, "<redacted>")
+            return value
+        return value
+
+    return clean(obj)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(obj, handle, indent=2, sort_keys=False, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dict]:
+    """Every level in order; ``on_level(level)`` after each (a progress line, a results file
+    rewritten). Stops after a failed level when stop_on_error is set.
+
+    ``measure(concurrency)`` measures one level; by default here (``run_level``). The action
+    plugin passes its own, which runs the level through the module on the node.
+    """
+    if measure is None:
+        def measure(concurrency):
+            return run_level(settings, concurrency, server)
+    levels = []
+    for concurrency in settings["concurrency"]:
+        level = measure(concurrency)
+        levels.append(level)
+        if on_level:
+            on_level(level)
+        if level.get("error") and settings["stop_on_error"]:
+            break
+    return levels
+
+
+def sweep_outcome(levels: list[dict], stop_on_error: bool) -> tuple[str, str | None]:
+    """(status, first error) of a finished sweep: complete, complete_with_errors, or stopped
+    (a level failed and stop_on_error ended the sweep there)."""
+    errors = [level["error"] for level in levels if level.get("error")]
+    if not errors:
+        return "complete", None
+    return ("stopped" if stop_on_error else "complete_with_errors"), errors[0]
+
+
+def unmeasured_level(concurrency: int, error: str) -> dict:
+    """A level that could not be measured at all, with the fields of a measured one."""
+    level = {"concurrency": concurrency, "error": error, "warnings": []}
+    level.update(empty_level_fields())
+    level.update({"output_tok_per_s_whole_run": None, "request_per_s": None, "failures_by_kind": {},
+                  "decode_tok_per_s_per_stream": None, "server_running": None, "server_queued": None,
+                  "client": None})
+    return level

@@ -1,0 +1,525 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The request side of the transport and the tally: one epoll loop per worker process.
+
+C streams, each a keep-alive HTTP/1.1 connection that sends its next request the moment the
+previous one ends (closed loop); the window opens once every stream has finished a request
+after the warmup. Each read is stamped with the kernel's receive time (SO_TIMESTAMPNS, moved
+onto the monotonic clock). Responses are read by http1.ResponseReader; every finished request
+is tallied here into fine time bins and latency lists (``_account``).
+"""
+from __future__ import annotations
+
+import errno
+import heapq
+import math
+import os
+import random
+import resource
+import select
+import socket
+import struct
+import time
+from array import array
+
+from .apis import ADAPTERS
+from .http1 import BODY, CONNECTING, HEAD, IDLE, SENDING, ResponseReader, Stream
+from .request import Req, RequestFactory
+from .settings import parse_base_url
+
+__all__ = ["BODY", "CONNECTING", "HEAD", "IDLE", "SENDING", "Req", "Stream", "Worker", "snap"]
+
+READ_SIZE = 256 * 1024
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
+_TIMESPEC = struct.Struct("@ll")  # struct timespec
+
+
+def snap(t: float, t0: float, bin_w: float) -> float:
+    """``t`` rounded down to the fine-bin grid that starts at ``t0`` (so the request a stream
+    sends right after the window opens is measured)."""
+    return t0 + math.floor((t - t0) / bin_w + 1e-9) * bin_w
+
+
+class Worker(ResponseReader):
+    """One process's share of a level's streams, on one epoll loop."""
+
+    def __init__(self, plan: dict, stream_ids: list[int], ctrl_fd: int = -1, status_fd: int = -1):
+        self.plan = plan
+        self.ctrl_fd = ctrl_fd  # parent -> worker: the window's start, once every worker is ready
+        self.status_fd = status_fd  # worker -> parent: ready (and, at the end, the result)
+        settings = plan["settings"]
+        self.settings = settings
+        self.api = settings["api"]
+        host, port, prefix = parse_base_url(settings["base_url"])
+        self.addr_text = f"{host}:{port}"
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        self.family, self.sockaddr = infos[0][0], infos[0][4]
+        self.factory = RequestFactory(settings, plan["model"], host, port, prefix)
+        self.timeout = settings["request_timeout_s"]
+        self.output_len = settings["output_len"]
+        self.t0 = plan["t0"]
+        self.min_ws = plan["t0"] + settings["warmup_s"]
+        self.window_s = settings["window_s"]
+        self.ws = None  # the window opens when every stream has finished a request, after the warmup
+        self.we = math.inf
+        self.reported = False
+        self.turned = 0
+        self.count_mode = plan["budget"] is not None
+        self.budget = plan["budget"]
+        self.drain = settings["drain"]
+        self.bin_w = plan["bin_w"]
+        self.inv_bw = 1.0 / plan["bin_w"]
+        self.bins: list[float] = []
+        self.streams = {sid: Stream(sid) for sid in stream_ids}
+        self.trace_n = plan.get("trace", 0)
+        if self.trace_n:
+            for st in self.streams.values():
+                st.trace = []
+        self.fdmap: dict[int, Stream] = {}
+        self.cut_pending = False
+        self.next_timeout_scan = 0.0
+        self.kernel_stamps = True  # SO_TIMESTAMPNS receive stamps, while the kernel gives them
+        self.ep = select.epoll()
+        if ctrl_fd >= 0:
+            self.ep.register(ctrl_fd, select.EPOLLIN)
+        self.heap = [(plan["starts"][sid], sid) for sid in stream_ids]
+        heapq.heapify(self.heap)
+        self.active = 0
+        self.stopping = False
+        self.stop_reason = None
+        self.counter = 0
+        self.full_end = None  # count mode: first time a stream found no work after ws
+        # aggregates
+        self.ok = 0
+        self.failed = 0
+        self.cut = 0
+        self.consecutive_failures = 0
+        self.kinds: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+        self.whole_tokens = 0
+        self.first_send = None
+        self.last_end = None
+        self.ends = array("d")
+        self.ttft: list[float] = []
+        self.e2e: list[float] = []
+        self.tpot: list[float] = []
+        self.decode: list[float] = []
+        self.itl = array("d")
+        self.out_tokens: list[int] = []
+        self.in_tokens: list[int] = []
+        self.short = 0
+        self.spec_ct = 0
+        self.spec_verify = 0
+        self.traces: list = []
+        self.cpu0 = None
+        self.cpu1 = None
+        self.busy_from = None
+        self.busy_to = None
+        self.lag_sum = 0.0  # read time minus the kernel's arrival stamp, summed over reads
+        self.lag_n = 0
+        adapter = ADAPTERS[self.api]
+        self.handle = adapter.handle  # one streamed event into the request (False: an error object)
+        self.fast = adapter.fast  # the API's parse of a plain chunk straight from the text, or None
+        self.scale_to_usage = adapter.SCALE_TO_USAGE
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> dict:
+        ep = self.ep
+        fdmap = self.fdmap
+        heap = self.heap
+        monotonic = time.monotonic
+        # One preallocated read buffer: a fresh 256 KiB object per recv would cost an mmap each.
+        rbuf = memoryview(bytearray(READ_SIZE))
+        bufs = [rbuf]
+        kernel = self.kernel_stamps
+        # Kernel receive stamps are CLOCK_REALTIME; this offset puts them on the monotonic clock.
+        rt_offset = time.time() - monotonic()
+        unpack_ts = _TIMESPEC.unpack_from
+        next_check = 0.0
+        while True:
+            now = monotonic()
+            while heap and heap[0][0] <= now:
+                sid = heapq.heappop(heap)[1]
+                self._start(self.streams[sid], now)
+            if now >= next_check:
+                self._housekeeping(now)
+                next_check = now + 0.02
+                if self.stopping and self.active == 0:
+                    break
+            wake = heap[0][0] if heap else next_check
+            timeout = min(wake, next_check) - now
+            events = ep.poll(timeout if timeout > 0 else 0, 1024)
+            for fd, _ev in events:
+                st = fdmap.get(fd)
+                if st is None:
+                    if fd == self.ctrl_fd:
+                        self._control()
+                    continue
+                phase = st.phase
+                if phase >= HEAD:
+                    try:
+                        if kernel:
+                            n, anc, unused_flags, unused_addr = st.sock.recvmsg_into(bufs, 64)
+                        else:
+                            n = st.sock.recv_into(rbuf)
+                            anc = None
+                        data = rbuf[:n].tobytes()
+                    except BlockingIOError:
+                        continue
+                    except OSError as exc:
+                        if not st.got and not st.retried:
+                            self._retry_fresh(st)
+                        else:
+                            self._fail(st, "disconnected", f"read failed: {exc}")
+                        continue
+                    t = monotonic()
+                    if anc:
+                        # When the data reached the socket (the kernel's stamp), not when this loop
+                        # got to it: a busy or descheduled client does not stamp late.
+                        sec, nsec = unpack_ts(anc[0][2])
+                        tk = sec + nsec * 1e-9 - rt_offset
+                        if t - 30.0 < tk < t:
+                            self.lag_sum += t - tk
+                            self.lag_n += 1
+                            t = tk
+                    if data:
+                        self._feed(st, data, t)
+                    else:
+                        self._eof(st, t)
+                elif phase == CONNECTING:
+                    err = st.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                    if err:
+                        self._connect_failed(st, OSError(err, os.strerror(err)))
+                    else:
+                        st.phase = SENDING
+                        self._send(st)
+                elif phase == SENDING:
+                    self._send(st)
+            if self.cut_pending:  # the window closed: what had arrived is read, cut the rest
+                self.cut_pending = False
+                for st in list(self.streams.values()):
+                    if st.req is not None:
+                        self._finish(st, False, cut=True)
+        self._housekeeping(monotonic(), final=True)
+        self.ep.close()
+        return self._result()
+
+    def _control(self) -> None:
+        data = os.read(self.ctrl_fd, 8)
+        self.ep.unregister(self.ctrl_fd)
+        if len(data) == 8:
+            self._open_window(struct.unpack("d", data)[0])
+        elif not self.stopping:
+            self._stop_early("the parent process went away")
+
+    def _open_window(self, ws: float) -> None:
+        if self.ws is not None:
+            return
+        self.ws = ws
+        if not self.count_mode:
+            self.we = ws + self.window_s
+        self.cpu0 = _cpu_seconds()
+        self.busy_from = time.monotonic()
+
+    def _report_ready(self, now: float) -> None:
+        """Every stream here has finished a request, after the warmup: say so (or open the window)."""
+        self.reported = True
+        if self.status_fd >= 0:
+            os.write(self.status_fd, b"R" + struct.pack("d", now))
+        else:
+            self._open_window(snap(now, self.t0, self.bin_w))
+
+    def _housekeeping(self, now: float, final: bool = False) -> None:
+        if not self.reported and (final or (self.turned >= len(self.streams) and now >= self.min_ws)):
+            self._report_ready(now)
+        if self.ws is None:
+            window_over = False
+        elif self.count_mode:
+            window_over = self.full_end is not None
+        else:
+            window_over = now >= self.we
+        if self.cpu1 is None and self.cpu0 is not None and (window_over or final):
+            self.cpu1 = _cpu_seconds()
+            self.busy_to = now
+        if not self.count_mode and window_over and not self.stopping:
+            self.stopping = True
+            self.stop_reason = self.stop_reason or "window"
+            if not self.drain:
+                self.cut_pending = True
+        if self.stopping:
+            self.heap.clear()
+        # per-request timeout (a scan of every stream: four times a second is plenty)
+        if now < self.next_timeout_scan and not final:
+            return
+        self.next_timeout_scan = now + 0.25
+        limit = now - self.timeout
+        for st in self.streams.values():
+            req = st.req
+            if req is not None and req.t_send < limit:
+                got = sum(req.ks)
+                self._fail(st, "timeout", f"no complete response after {self.timeout:g} s ({got} of "
+                                          f"{req.expect} tokens arrived)")
+
+    def _stop_early(self, reason: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        self.stop_reason = reason
+        self.heap.clear()
+        for st in list(self.streams.values()):
+            if st.req is not None:
+                self._finish(st, False, cut=True)
+
+    # -- issuing ------------------------------------------------------------------------------
+    def _start(self, st: Stream, now: float) -> None:
+        if self.stopping:
+            return
+        measured = self.ws is not None and now >= self.ws
+        if self.count_mode and measured:
+            if self.budget <= 0:
+                if self.full_end is None:
+                    self.full_end = now
+                if self.active == 0:
+                    self.stopping = True
+                    self.stop_reason = "requests"
+                return
+            self.budget -= 1
+        elif not self.count_mode and now >= self.we:
+            return
+        index = self.counter
+        self.counter += 1
+        length = self.output_len
+        if not st.turned and not st.fails and length > 1:
+            # A stream's first request stops after a random share of the output, so streams reach
+            # steady state at phases spread evenly over a request (no lockstep, no bursts).
+            length = random.Random(f"{self.plan['key']}:first:{st.sid}").randint(1, length)
+        st.req = Req(index, now, measured, length)
+        self.active += 1
+        if self.first_send is None:
+            self.first_send = now
+        payload = self.factory.build(f"{self.plan['key']}:{st.sid}:{index}", st.sid + index * 7919, length)
+        if st.sock is not None and st.keepalive and st.body_done:
+            st._reset()
+            st.out = payload
+            st.retried = False
+            st.phase = SENDING
+            self._send(st, reused=True)
+        else:
+            self._close(st)
+            st._reset()
+            st.out = payload
+            self._connect(st)
+
+    def _connect(self, st: Stream) -> None:
+        try:
+            sock = socket.socket(self.family, socket.SOCK_STREAM)
+        except OSError as exc:
+            self._fail(st, "client_error", f"cannot open a socket: {exc} (raise the open-file limit?)")
+            return
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.kernel_stamps:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:
+                self.kernel_stamps = False
+        st.sock = sock
+        st.fd = sock.fileno()
+        self.fdmap[st.fd] = st
+        err = sock.connect_ex(self.sockaddr)
+        if err in (0, errno.EINPROGRESS):
+            st.phase = CONNECTING
+            self.ep.register(st.fd, select.EPOLLOUT)
+        else:
+            self._connect_failed(st, OSError(err, os.strerror(err)))
+
+    def _connect_failed(self, st: Stream, exc: OSError) -> None:
+        kind = "connect_refused" if exc.errno == errno.ECONNREFUSED else "connect_failed"
+        self._fail(st, kind, f"connect to {self.addr_text}: {exc.strerror or exc}")
+
+    def _send(self, st: Stream, reused: bool = False) -> None:
+        try:
+            n = st.sock.send(st.out)
+        except BlockingIOError:
+            n = 0
+        except OSError as exc:
+            if reused and not st.retried:
+                self._retry_fresh(st)
+            else:
+                self._fail(st, "disconnected", f"send failed: {exc}")
+            return
+        st.out = st.out[n:]
+        if st.out:
+            if st.phase != SENDING or reused:
+                st.phase = SENDING
+                self._modify(st, select.EPOLLOUT)
+            return
+        st.phase = HEAD
+        st.retried = st.retried or not reused
+        self._modify(st, select.EPOLLIN)
+
+    def _modify(self, st: Stream, mask: int) -> None:
+        try:
+            self.ep.modify(st.fd, mask)
+        except FileNotFoundError:
+            self.ep.register(st.fd, mask)
+
+    def _retry_fresh(self, st: Stream) -> None:
+        """A kept-alive connection the server had closed: send once more on a new one."""
+        req, out = st.req, st.out
+        self._close(st)
+        st._reset()
+        st.req = req
+        st.retried = True
+        st.out = self.factory.build(f"{self.plan['key']}:{st.sid}:{req.index}", st.sid + req.index * 7919, req.expect)
+        del out
+        self._connect(st)
+
+    def _close(self, st: Stream) -> None:
+        if st.sock is not None:
+            self.fdmap.pop(st.fd, None)
+            try:
+                self.ep.unregister(st.fd)
+            except (FileNotFoundError, ValueError, OSError):
+                pass
+            st.sock.close()
+            st.sock = None
+            st.fd = -1
+        st.phase = IDLE
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _fail(self, st: Stream, kind: str, message: str, keep: bool = False) -> None:
+        if st.req is None:
+            self._close(st)
+            return
+        self._finish(st, False, kind=kind, message=message, keep=keep)
+
+    def _finish(self, st: Stream, ok: bool, kind: str = "", message: str = "", cut: bool = False,
+                keep: bool = True) -> None:
+        req = st.req
+        st.req = None
+        self.active -= 1
+        now = time.monotonic()
+        if not st.turned:
+            st.turned = True
+            self.turned += 1
+            if not self.reported and self.turned >= len(self.streams) and now >= self.min_ws:
+                self._report_ready(now)
+        if not (ok and keep and st.keepalive and st.body_done):
+            self._close(st)
+        self._account(req, ok)
+        if cut:
+            self.cut += 1
+            return
+        if ok:
+            self.ok += 1
+            self.consecutive_failures = 0
+            st.fails = 0
+            if not self.stopping:
+                self._start(st, now)
+            elif self.count_mode and self.active == 0:
+                pass
+            return
+        self.failed += 1
+        self.consecutive_failures += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        self.examples.setdefault(kind, message)
+        st.fails += 1
+        limit = max(10, len(self.streams))
+        if self.consecutive_failures >= limit:
+            self._stop_early(f"the last {self.consecutive_failures} requests all failed")
+            return
+        if not self.stopping:
+            delay = min(1.0, 0.05 * (2 ** min(st.fails - 1, 5)))
+            heapq.heappush(self.heap, (now + delay, st.sid))
+
+    def _account(self, req: Req, ok: bool) -> None:
+        ts, ks = req.ts, req.ks
+        n = sum(ks)
+        if ok and req.usage_ct and n and req.usage_ct != n and self.scale_to_usage:
+            # Scale the per-chunk word counts so the total is the server's token count.
+            scale = req.usage_ct / n
+            cum = 0.0
+            prev = 0
+            scaled = []
+            for k in ks:
+                cum += k * scale
+                now = int(round(cum))
+                scaled.append(now - prev)
+                prev = now
+            ks = scaled
+            n = req.usage_ct
+        if ts:
+            t0 = self.t0
+            inv = self.inv_bw
+            bins = self.bins
+            last = int((ts[-1] - t0) * inv)
+            if last >= len(bins):
+                bins.extend([0.0] * (last + 1 - len(bins)))
+            for t, k in zip(ts, ks):  # noqa: B905 - the node may run Python < 3.10
+                bins[int((t - t0) * inv)] += k
+        if not ok:
+            return
+        end = req.end
+        self.whole_tokens += n
+        if self.last_end is None or end > self.last_end:
+            self.last_end = end
+        self.ends.append(end)
+        if n != req.expect:
+            self.short += 1
+        if not (req.measured or (not self.count_mode and self.ws is not None and self.ws <= req.t_send < self.we)):
+            return
+        self.out_tokens.append(n)
+        if req.prompt_tokens is not None:
+            self.in_tokens.append(req.prompt_tokens)
+        if req.verify:
+            self.spec_ct += n
+            self.spec_verify += req.verify
+        e2e = end - req.t_send
+        self.e2e.append(e2e)
+        if req.first is None:
+            return
+        ttft = req.first - req.t_send
+        self.ttft.append(ttft)
+        if n > 1:
+            self.tpot.append((e2e - ttft) / (n - 1))
+        span = ts[-1] - ts[0]
+        if len(ts) > 1 and span > 0:
+            self.decode.append((n - ks[0]) / span)
+        itl = self.itl
+        prev = ts[0]
+        for t, k in zip(ts[1:], ks[1:]):  # noqa: B905
+            if k > 0:
+                gap = (t - prev) / k
+                if k == 1:
+                    itl.append(gap)
+                else:
+                    itl.extend([gap] * k)
+            prev = t
+
+    def _result(self) -> dict:
+        for st in self.streams.values():
+            self._close(st)
+            if st.trace:
+                self.traces.append(st.trace)
+        cpu = None
+        lag = self.lag_sum / self.lag_n if self.lag_n else None
+        if self.cpu0 is not None and self.cpu1 is not None and self.busy_to and self.busy_to > self.busy_from:
+            span = self.busy_to - self.busy_from
+            cpu = (self.cpu1 - self.cpu0) / span
+        return {
+            "ws": self.ws, "we": self.we, "ok": self.ok, "failed": self.failed, "cut": self.cut, "kinds": self.kinds,
+            "examples": self.examples,
+            "bins": self.bins, "whole_tokens": self.whole_tokens, "first_send": self.first_send,
+            "last_end": self.last_end, "ends": self.ends, "ttft": self.ttft, "e2e": self.e2e,
+            "tpot": self.tpot, "decode": self.decode, "itl": self.itl, "out_tokens": self.out_tokens,
+            "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
+            "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,
+            "cpu": cpu, "lag": lag, "streams": len(self.streams), "traces": self.traces,
+        }
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
