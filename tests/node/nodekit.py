@@ -96,8 +96,7 @@ def snapshot_sources(dest: Path) -> Path:
 
     shutil.copytree(ROOT / "files" / "sglang_emulator", dest / "files" / "sglang_emulator",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    client = ROOT / "plugins" / "module_utils" / "specbench_client.py"
-    if client.exists():
-        (dest / "plugins" / "module_utils").mkdir(parents=True)
-        shutil.copy2(client, dest / "plugins" / "module_utils" / "specbench_client.py")
+    shutil.copytree(ROOT / "plugins" / "module_utils" / "specbench_client",
+                    dest / "plugins" / "module_utils" / "specbench_client",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest

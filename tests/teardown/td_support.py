@@ -27,6 +27,9 @@ for extra in (ROOT / "collections", ROOT / "files"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+import specbench_testkit as testkit  # noqa: E402
+from specbench_testkit import PlaybookRun  # noqa: E402
+
 from ansible_collections.specbench.core.plugins.module_utils import proc_table  # noqa: E402
 from sglang_emulator import gpus  # noqa: E402
 
@@ -254,59 +257,8 @@ class Lab:
             shutil.rmtree(self.shared_root, ignore_errors=True)
 
 
-class Playbook:
-    """One ansible-playbook run through ansible-runner (the way AWX runs it)."""
-
-    def __init__(self, result):
-        self.result = result
-        self.rc = result.rc
-        self.events = list(result.events)
-
-    def task(self, name_part: str) -> dict:
-        """The result (res) of the last run of the task whose name contains name_part."""
-        found = None
-        for ev in self.events:
-            data = ev.get("event_data", {})
-            if ev.get("event", "").startswith("runner_on_") and name_part in data.get("task", ""):
-                found = data.get("res", {})
-        assert found is not None, f"no task named like {name_part!r} ran:\n{self.stdout()}"
-        return found
-
-    def fact(self, name: str):
-        for ev in self.events:
-            res = ev.get("event_data", {}).get("res", {})
-            facts = res.get("ansible_facts", {}) if isinstance(res, dict) else {}
-            if name in facts:
-                value = facts[name]
-        return value
-
-    def stdout(self) -> str:
-        return self.result.stdout.read()
-
-
 def run_playbook(tmp_path: Path, extravars: dict, playbook: str = "playbooks/teardown.yml",
-                 check: bool = False, limit_ident: str | None = None) -> Playbook:
-    import ansible_runner
-
-    bindir = str(Path(sys.executable).parent)
-    private = tmp_path / "runner"
-    private.mkdir(exist_ok=True)
-    result = ansible_runner.run(
-        private_data_dir=str(private),
-        project_dir=str(ROOT),
-        playbook=str(ROOT / playbook),  # an absolute playbook path stays as it is
-        inventory=str(ROOT / "inventory" / "local.yml"),
-        extravars=extravars,
-        envvars={
-            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-            "PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
-            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_REMOTE_TMP": str(tmp_path / "ansible-tmp"),
-            "ANSIBLE_NOCOLOR": "1",
-        },
-        cmdline="--check" if check else None,
-        ident=limit_ident,
-        quiet=True,
-        timeout=180,
-    )
-    return Playbook(result)
+                 check: bool = False, limit_ident: str | None = None) -> PlaybookRun:
+    """The teardown playbook (or ``playbook``) on the default inventory, through the test kit."""
+    return testkit.run_playbook(tmp_path, ROOT / playbook, ROOT / "inventory" / "local.yml", extravars,
+                                check=check, ident=limit_ident, timeout=180)

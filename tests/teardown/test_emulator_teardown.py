@@ -28,7 +28,7 @@ def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
     play = run_playbook(tmp_path, lab.extravars(gpu_device_glob=f"{emu.device_dir}/nvidia*",
                                                 gpu_kill_patterns=[re.escape(str(tmp_path))],
                                                 gpu_term_timeout_s=2))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = {k["pid"]: k for k in res["killed"]}
     assert killed[emu.proc.pid]["step"] == "launched" and killed[emu.proc.pid]["signals"] == ["SIGTERM"]
@@ -40,7 +40,7 @@ def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
     assert not any(g["processes"] for g in after["gpus"])
     assert lab_holders(emu.device_dir) == set()
     assert emu.proc.wait(timeout=5) is not None
-    assert "GPU(s) clean" in play.stdout()
+    assert "GPU(s) clean" in play.stdout
 
 
 def lab_holders(device_dir) -> set[int]:
@@ -58,7 +58,7 @@ def test_node_scope_with_the_roles_emulator_patterns(emulator, lab, tmp_path):
     extravars = lab.extravars(specbench_emulator_device_dir=str(emu.device_dir), gpu_kill_scope="node")
     del extravars["gpu_kill_patterns"], extravars["gpu_device_glob"]  # the role's defaults for engine=emulator
     play = run_playbook(tmp_path, extravars)
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = {k["pid"]: k for k in res["killed"]}
     workers = {p["pid"] for g in res["before"]["gpus"] for p in g["processes"]}

@@ -86,7 +86,7 @@ def test_role_with_nvidia_smi_backend(lab, tmp_path):
     lab.write_server_record(server.pid, server.pid)
     play = run_playbook(tmp_path, lab.extravars(gpu_backend="nvidia-smi", gpu_nvidia_smi=fake_smi(lab),
                                                 gpu_term_timeout_s=0.5))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     assert res["backend"] == "nvidia-smi"
     assert res["before"]["gpus"][0]["memory_used_mib"] == 20001

@@ -59,7 +59,7 @@ def test_plain_server_group_gets_sigterm(lab, bystanders, tmp_path):
     lab.write_server_record(server.pid, server.pid)
 
     play = run_playbook(tmp_path, lab.extravars())
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = killed_by_pid(res)
     assert set(killed) == {server.pid, *workers}
@@ -86,7 +86,7 @@ def test_workers_ignoring_sigterm_get_sigkill(lab, bystanders, tmp_path):
     # the recorded group comes from the fact this time, not the state file
     play = run_playbook(tmp_path, lab.extravars(specbench_server={"pid": server.pid, "pgid": server.pid},
                                                 gpu_term_timeout_s=0.5))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = killed_by_pid(res)
     assert res["recorded_pgid_source"] == "specbench_server"
@@ -107,7 +107,7 @@ def test_worker_that_left_the_group_is_still_found(lab, bystanders, tmp_path, wi
     lab.write_server_record(server.pid, server.pid, with_starttime=with_starttime)
 
     play = run_playbook(tmp_path, lab.extravars(gpu_term_timeout_s=0.5))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     killed = killed_by_pid(play.task("Kill the server and the device holders"))
     assert killed[server.pid]["step"] == killed[workers[0]]["step"] == "launched"
     assert killed[runaway]["step"] == ("launched" if with_starttime else "memory")
@@ -137,7 +137,7 @@ def test_defunct_parent_children_found_as_device_holders(lab, bystanders, tmp_pa
     # no record, patterns that match nothing: the children are found by their GPU memory
     play = run_playbook(tmp_path, lab.extravars(gpu_kill_patterns=[lab.pattern + "-matches-nothing"],
                                                 gpu_term_timeout_s=0.5))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = killed_by_pid(res)
     assert set(killed) == set(children)
@@ -152,7 +152,7 @@ def test_defunct_parent_children_found_as_device_holders(lab, bystanders, tmp_pa
     # scope node (a dedicated node) is the seeds' fuser -k: it goes too
     play = run_playbook(tmp_path, lab.extravars(gpu_kill_patterns=[lab.pattern + "-matches-nothing"],
                                                 gpu_kill_scope="node", gpu_term_timeout_s=0.5))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     killed = killed_by_pid(play.task("Kill the server and the device holders"))
     assert set(killed) == {leader.pid} and killed[leader.pid]["step"] == "holder"
     assert_clean(lab, bystanders)
@@ -163,7 +163,7 @@ def test_check_mode_lists_and_kills_nothing(lab, bystanders, tmp_path):
     server, workers = lab.server()
     lab.write_server_record(server.pid, server.pid)
     play = run_playbook(tmp_path, lab.extravars(), check=True)
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     assert res["killed"] == []
     assert {w["pid"] for w in res["would_kill"]} == {server.pid, *workers}
@@ -187,7 +187,7 @@ def test_stale_recorded_server_is_left_alone(lab, bystanders, tmp_path, case):
             lab.write_server_record(stranger.pid, stranger.pid, with_starttime=False)
             warning = "no longer looks like the server"
         play = run_playbook(tmp_path, lab.extravars())
-        assert play.rc == 0, play.stdout()
+        assert play.rc == 0, play.stdout
         res = play.task("Kill the server and the device holders")
         assert res["killed"] == []
         assert res["changed"] is False
@@ -218,7 +218,7 @@ def test_stale_recorded_server_is_left_alone(lab, bystanders, tmp_path, case):
 def test_bad_settings_fail_with_the_fix(lab, tmp_path, overrides, expected):
     play = run_playbook(tmp_path, lab.extravars(**overrides))
     assert play.rc != 0
-    out = re.sub(r"\s+", " ", play.stdout())
+    out = re.sub(r"\s+", " ", play.stdout)
     assert expected in out, out[-3000:]
 
 
@@ -232,8 +232,8 @@ def test_preflight_entry_point_validates_only(lab, tmp_path):
         "        name: specbench.core.gpu_teardown\n        tasks_from: preflight\n"
     )
     play = run_playbook(tmp_path, lab.extravars(), playbook=str(book))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     assert not any("Kill the server" in (e.get("event_data", {}).get("task") or "") for e in play.events)
     assert lab.used() == [20001, 20001] and proc_table.alive(server.pid)
     bad = run_playbook(tmp_path, lab.extravars(gpu_poll_interval_s=0), playbook=str(book))
-    assert bad.rc != 0 and "gpu_poll_interval_s" in bad.stdout()
+    assert bad.rc != 0 and "gpu_poll_interval_s" in bad.stdout

@@ -81,7 +81,7 @@ def test_default_scope_kills_the_stale_tree_and_nothing_else(world_lab):
     lab = world_lab
     w = build_world(lab)
     play = run_playbook(lab.tmp, world_vars(lab))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = {k["pid"]: k for k in res["killed"]}
     assert set(killed) == {w["server"], w["stubborn"], w["escaped"], w["orphan"]}
@@ -110,7 +110,7 @@ def test_node_scope_kills_everything_matching_but_the_never_kill_list(world_lab)
     lab = world_lab
     w = build_world(lab)
     play = run_playbook(lab.tmp, world_vars(lab, gpu_kill_scope="node"))
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     killed = {k["pid"]: k for k in res["killed"]}
     # the seeds' thoroughness: the tree, the orphan, the monitor holding the target GPUs' nodes and
@@ -128,7 +128,7 @@ def test_check_mode_plans_the_same_and_kills_nothing(world_lab):
     lab = world_lab
     w = build_world(lab)
     play = run_playbook(lab.tmp, world_vars(lab), check=True)
-    assert play.rc == 0, play.stdout()
+    assert play.rc == 0, play.stdout
     res = play.task("Kill the server and the device holders")
     assert {p["pid"] for p in res["would_kill"]} == {w["server"], w["stubborn"], w["escaped"], w["orphan"]}
     assert res["killed"] == [] and all(alive(p) for p in w.values())
@@ -165,7 +165,7 @@ def test_another_users_memory_on_a_target_gpu_fails_the_run_before_the_launch(wo
     assert lab.used() == [8001, IDLE, IDLE]
 
     allowed = run_playbook(lab.tmp, world_vars(lab, gpu_kill_other_users=True), playbook=str(book))
-    assert allowed.rc == 0, allowed.stdout()
+    assert allowed.rc == 0, allowed.stdout
     assert marker.exists() and not alive(theirs.pid)
     killed = allowed.task("Kill the server and the device holders")["killed"]
     assert [(k["pid"], k["user"], k["step"]) for k in killed] == [(theirs.pid, OTHER_USER, "memory")]
