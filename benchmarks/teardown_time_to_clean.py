@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Time-to-clean of the GPU teardown, on emulated GPUs (a device folder this script makes).
 
 Prints, in one run:
@@ -103,12 +102,12 @@ class Bench:
 def detection_latency(bench: Bench, rounds: int) -> list[float]:
     """T1 - T0: the last holder dies at T0, the poll loop sees every GPU clean at T1."""
     latencies = []
-    for _ in range(rounds):
+    for _unused in range(rounds):
         pids = [bench.holder(g) for g in range(bench.gpu_count)]
         td = bench.teardown()
         t0 = {}
 
-        def kill_last(pids=pids, t0=t0):
+        def kill_last(pids, t0):
             time.sleep(0.12)  # let the poll loop run a few rounds on dirty GPUs first
             for pid in pids[:-1]:
                 os.kill(pid, signal.SIGKILL)
@@ -116,7 +115,7 @@ def detection_latency(bench: Bench, rounds: int) -> list[float]:
             t0["at"] = time.monotonic()
             os.kill(pids[-1], signal.SIGKILL)
 
-        killer = threading.Thread(target=kill_last)
+        killer = threading.Thread(target=kill_last, args=(pids, t0))
         killer.start()
         clean_at = td.wait_clean(time.monotonic() + 10)
         killer.join()
@@ -150,7 +149,7 @@ def pct(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--rounds", type=int, default=20, help="detection-latency rounds (default 20)")
     parser.add_argument("--gpus", type=int, default=8, help="emulated GPUs (default 8, the seeds' node)")
     args = parser.parse_args()
@@ -161,7 +160,7 @@ def main() -> int:
     try:
         interval = bench.teardown().poll_interval
         lat = detection_latency(bench, args.rounds)
-        whole = [whole_teardown(bench) for _ in range(5)]
+        whole = [whole_teardown(bench) for _unused in range(5)]
         seeds = seeds_way(bench)
     finally:
         bench.close()

@@ -149,7 +149,7 @@ def kill_node_servers(node_dir: Path, rounds: int = 50) -> list[int]:
             if _kill(pgid, group=True):
                 killed.append(pgid)
     devices = {p.parent for p in node_dir.glob("**/nvidiactl")}
-    for _ in range(rounds):
+    for _unused in range(rounds):
         pids = set().union(*(holders_of(d) for d in devices)) - {os.getpid()} if devices else set()
         if not pids:
             break

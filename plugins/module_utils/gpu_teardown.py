@@ -531,8 +531,8 @@ class Teardown:
                 if info is None or proc["pid"] in hidden or defunct(info):
                     continue
                 wanted = {nodes[gpu["index"]]} if nodes[gpu["index"]] else all_gpu_nodes
-                if proc_table.fds_readable(info.pid) and not proc_table.open_nodes(info.pid, wanted, info.state,
-                                                                                    info.threads):
+                holds = proc_table.open_nodes(info.pid, wanted, info.state, info.threads)
+                if proc_table.fds_readable(info.pid) and not holds:
                     self._skip(info, "memory", "listed by the driver on a target GPU but holds none of its device "
                                                "nodes here (a host PID that happens to exist here?)")
                     continue

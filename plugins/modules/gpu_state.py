@@ -22,7 +22,7 @@ description:
   - Runs on the managed node with the Python standard library (plus nvidia-ml-py where
     installed). Changes nothing.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
 options:
   backend:
     description: Where to read the GPUs from.

@@ -39,7 +39,7 @@ description:
   - C(changed) only when it signalled something. In check mode it lists in C(would_kill) what
     it would signal and signals nothing.
 author:
-  - specbench contributors
+  - specbench contributors (!UNKNOWN)
 options:
   backend:
     description: Where to read GPU memory from (see M(specbench.core.gpu_state)).

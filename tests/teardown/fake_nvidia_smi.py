@@ -29,8 +29,8 @@ FAILURES = {
     "mismatch": (18, "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 590.48\n"),
     "nogpu": (6, "No devices were found\n"),
     "nolib": (12, "NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that the "
-                 "NVIDIA Display Driver is properly installed and present in your system.\nPlease also try adding "
-                 "directory that contains libnvidia-ml.so to your system PATH.\n"),
+              "NVIDIA Display Driver is properly installed and present in your system.\nPlease also try adding "
+              "directory that contains libnvidia-ml.so to your system PATH.\n"),
 }
 
 

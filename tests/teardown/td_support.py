@@ -160,12 +160,12 @@ class Lab:
 
     def never_kill_daemon(self) -> subprocess.Popen:
         """A stand-in for nvidia-persistenced: holds every node, no memory, on the default list."""
-        proc, _ = self.start("--nodes", self.all_nodes(), "--comm", "nvidia-persistenced")
+        proc, _unused = self.start("--nodes", self.all_nodes(), "--comm", "nvidia-persistenced")
         return proc
 
     def monitor(self, name: str = "nvtop") -> subprocess.Popen:
         """A monitor (nvtop, nvidia-smi dmon, an exporter): holds every node, no GPU memory."""
-        proc, _ = self.start("--nodes", self.all_nodes(), "--comm", name)
+        proc, _unused = self.start("--nodes", self.all_nodes(), "--comm", name)
         return proc
 
     def sglang_tree(self, gpus_used=(0, 1), mib: int = 20000, stubborn=(0,), escaped=(1,)) -> tuple:
@@ -236,7 +236,7 @@ class Lab:
     def cleanup(self) -> None:
         for fd in self.own_fds:
             os.close(fd)
-        for _ in range(3):
+        for _unused in range(3):
             victims = tagged_pids(self.tag) | (self.holders() - {os.getpid()})
             for pid in victims:
                 try:

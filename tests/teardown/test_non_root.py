@@ -62,10 +62,10 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     lab = shared_lab
     assert os.getpid() == 1
     server, (worker,) = lab.sglang_tree(gpus_used=(0,), stubborn=(), escaped=())  # root's, recorded
-    mine, _ = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-mine", user=OTHER_USER)
+    mine, _unused = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-mine", user=OTHER_USER)
     record = json.loads((lab.node_dir / "state" / "server.json").read_text())
 
-    res, _ = run_module_as(OTHER_USER, lab, server=record)
+    res, _unused = run_module_as(OTHER_USER, lab, server=record)
     assert res["failed"] is True and res["error"] == "not_clean"
     assert [(k["pid"], k["user"]) for k in res["killed"]] == [(mine.pid, OTHER_USER)]
     (refused,) = res["refused"]
@@ -76,7 +76,7 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     assert proc_table.alive(server.pid) and proc_table.alive(worker) and not proc_table.alive(mine.pid)
 
     # allowed to, it tries: the kernel refuses (EPERM), and that too is a result
-    res, _ = run_module_as(OTHER_USER, lab, server=record, kill_other_users=True)
+    res, _unused = run_module_as(OTHER_USER, lab, server=record, kill_other_users=True)
     assert res["failed"] is True
     kinds = {r["pid"]: r["kind"] for r in res["refused"]}
     assert kinds[worker] == "not_permitted"
@@ -84,7 +84,7 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     assert proc_table.alive(worker) and proc_table.alive(server.pid)
 
     # and scope node, which reaches every user's matching process
-    res, _ = run_module_as(OTHER_USER, lab, kill_scope="node")
+    res, _unused = run_module_as(OTHER_USER, lab, kill_scope="node")
     assert res["failed"] is True
     assert {r["pid"]: r["kind"] for r in res["refused"]}.get(server.pid) == "not_permitted"
     assert proc_table.alive(server.pid)
@@ -93,7 +93,7 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
 def test_a_signal_the_kernel_refuses_is_an_answer_not_an_exception(shared_lab):
     """proc_table.send_signal as nobody to a root process: EPERM comes back as 'not permitted'."""
     lab = shared_lab
-    victim, _ = lab.start("--nodes", "nvidiactl")
+    victim, _unused = lab.start("--nodes", "nvidiactl")
     uid, gid = other_user_ids(OTHER_USER)
     code = ("import sys; from ansible_collections.specbench.core.plugins.module_utils import proc_table; "
             f"print(proc_table.send_signal({victim.pid}, {proc_table.starttime(victim.pid)}, 9))")

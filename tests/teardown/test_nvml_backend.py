@@ -52,7 +52,7 @@ class FakeNvml:
         self.memory_versions.append(version)
         if self.memory_error is not None:
             raise pynvml.NVMLError(self.memory_error)
-        used = sum(m or 0 for _, m in self.procs.get(handle, [])) + 4 * MIB
+        used = sum(m or 0 for _unused, m in self.procs.get(handle, [])) + 4 * MIB
         if version != pynvml.nvmlMemory_v2:
             # v1: used includes the driver-reserved memory (hundreds of MiB on an idle GPU)
             return types.SimpleNamespace(total=143771 * MIB, free=0, used=used + 600 * MIB)

@@ -21,7 +21,7 @@ def flat(text: str) -> str:
 
 
 def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
-    stuck, _ = lab.start("--gpu", "0", "--mib", "30000", "--comm", "td-stuck",
+    stuck, _unused = lab.start("--gpu", "0", "--mib", "30000", "--comm", "td-stuck",
                          "--record-extra", json.dumps({"emulated_state": "D"}))
     server, workers = lab.server(gpus_used=(1,))
     lab.write_server_record(server.pid, server.pid)
@@ -45,7 +45,7 @@ def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
 
 
 def test_memory_outside_the_namespace_is_reported_with_host_advice(lab, tmp_path):
-    hidden, _ = lab.start("--gpu", "1", "--mib", "12000", "--comm", "other-container",
+    hidden, _unused = lab.start("--gpu", "1", "--mib", "12000", "--comm", "other-container",
                           "--record-extra", json.dumps({"outside_namespace": True}))
     play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
     assert play.rc != 0
@@ -65,8 +65,8 @@ def test_memory_the_driver_cannot_attribute_is_not_called_outside(lab, tmp_path)
     visible holder of the GPU's node is not "held outside"; the holder is named, and an engine
     process among the holders (matching the patterns) is killed, any other one left."""
     unlisted = json.dumps({"unlisted": True})
-    engine, _ = lab.start("--gpu", "0", "--mib", "9000", "--comm", "td-engine", "--record-extra", unlisted)
-    other, _ = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-trainer", "--record-extra", unlisted)
+    engine, _unused = lab.start("--gpu", "0", "--mib", "9000", "--comm", "td-engine", "--record-extra", unlisted)
+    other, _unused = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-trainer", "--record-extra", unlisted)
     patterns = [{"comm": "^td-engine$", "args": lab.pattern}]
     play = run_playbook(tmp_path, lab.extravars(gpu_kill_patterns=patterns, **FAST_FAIL))
     assert play.rc != 0

@@ -130,7 +130,7 @@ def test_defunct_parent_children_found_as_device_holders(lab, bystanders, tmp_pa
     )
     assert wait_state(parent.pid, "Z").threads == 1  # defunct: the test has not reaped it
     # and a defunct thread-group leader whose surviving thread holds a node ("Zl")
-    leader, _ = lab.start("--nodes", "nvidia0", "--leader-exits")
+    leader, _unused = lab.start("--nodes", "nvidia0", "--leader-exits")
     assert wait_state(leader.pid, "Z").threads == 2
     assert not os.listdir(f"/proc/{leader.pid}/fd")  # only its thread's table shows the node
     assert lab.used() == [9001, 9001]

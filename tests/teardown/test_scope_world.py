@@ -48,8 +48,8 @@ def build_world(lab: Lab) -> dict:
     shell = subprocess.Popen(["bash", "-c", f"sleep 600; echo python3 -m sglang.launch_server {lab.tag}"],
                              start_new_session=True)
     lab.started += [tail, shell]
-    stranger, _ = lab.start(user=OTHER_USER, as_sglang=True)  # another user's SGLang, holding nothing
-    other_gpu, _ = lab.start("--gpu", "2", "--mib", "5000", "--comm", "td-other-job")
+    stranger, _unused = lab.start(user=OTHER_USER, as_sglang=True)  # another user's SGLang, holding nothing
+    other_gpu, _unused = lab.start("--gpu", "2", "--mib", "5000", "--comm", "td-other-job")
     deadline = time.monotonic() + 10
     while len(proc_table.descendants(shell.pid, proc_table.snapshot())) < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -137,8 +137,8 @@ def test_check_mode_plans_the_same_and_kills_nothing(world_lab):
 def test_another_users_memory_on_a_target_gpu_fails_the_run_before_the_launch(world_lab):
     lab = world_lab
     assert os.getpid() == 1
-    theirs, _ = lab.start("--gpu", "0", "--mib", "8000", "--comm", "sglang::schedul", user=OTHER_USER)
-    ours, _ = lab.start("--gpu", "1", "--mib", "6000", "--comm", "td-stale")
+    theirs, _unused = lab.start("--gpu", "0", "--mib", "8000", "--comm", "sglang::schedul", user=OTHER_USER)
+    ours, _unused = lab.start("--gpu", "1", "--mib", "6000", "--comm", "td-stale")
     book = lab.tmp / "launch.yml"
     marker = lab.tmp / "launched"
     book.write_text(
