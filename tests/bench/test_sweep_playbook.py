@@ -38,7 +38,7 @@ def test_results_file_facts_and_progress(tmp_path, emulator):
     assert settings["concurrency"] == [1, 4] and settings["input_len"] == 32 and settings["output_len"] == 32
     assert settings["api"] == "chat" and settings["api_key_set"] is True and "api_key" not in settings
     server = doc["server"]
-    assert server["version"] == "0.5.23" and server["model"] == "test/model"
+    assert server["version"] == "0.5.23+specbench-emulator" and server["model"] == "test/model"
     assert server["speculative_algorithm"] == "EAGLE3" and server["metrics_available"] is True
     assert "--speculative-algorithm EAGLE3" in server["launch_command"]
     assert "--api-key <redacted>" in server["launch_command"]
