@@ -41,10 +41,10 @@ def test_readiness_prints_progress_while_loading_and_fails_fast_when_the_server_
     lines = PROGRESS.findall(run.stdout)
     slow_lines = [m for m in lines if m[0] == "baseline"]
     assert len(slow_lines) >= 2, run.stdout[-3000:]
-    elapsed = [int(m) * 60 + int(s) for _, m, s, _, _ in slow_lines]
+    elapsed = [int(line[1]) * 60 + int(line[2]) for line in slow_lines]
     assert elapsed == sorted(elapsed), "elapsed grows line by line"
-    assert all(re.fullmatch(r"[\d.]+ of [\d.]+ GiB on \d+ GPUs|unknown \(.*\)", mem) for *_, mem, _ in slow_lines)
-    assert all(log.strip() and log != "(no log yet)" for *_, log in slow_lines)
+    assert all(re.fullmatch(r"[\d.]+ of [\d.]+ GiB on \d+ GPUs|unknown \(.*\)", line[3]) for line in slow_lines)
+    assert all(line[4].strip() and line[4] != "(no log yet)" for line in slow_lines)
     assert "localhost | sglang_server mode baseline, engine: emulator, time scale 0.05 | ready after" in run.stdout
     # The dying server: failed at once (not at the 120 s deadline), with the log tail, and the
     # progress lines before it.

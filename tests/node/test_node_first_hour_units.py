@@ -120,7 +120,10 @@ def test_paths_local_folder_hub_name_and_offline_cache(tmp_path):
     snap = hf / "hub" / "models--org--Draft" / "snapshots" / "abc"
     snap.mkdir(parents=True)
     (snap / "config.json").write_text("{}")
-    item = lambda p: {"name": "model", "path": str(p), "variable": "v"}  # noqa: E731
+
+    def item(path):
+        return {"name": "model", "path": str(path), "variable": "v"}
+
     assert sglang_preflight.check_paths([item(model)], {}) == []
     assert "is empty" in sglang_preflight.check_paths([item(empty)], {})[0]
     missing = sglang_preflight.check_paths([item(tmp_path / "nope")], {})[0]

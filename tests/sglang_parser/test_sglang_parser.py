@@ -74,9 +74,10 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
                     "tasks_from": "preflight"} for mode in MODES}
     cases["old_graph_flag"] = {"vars": {"mode": "eagle3", "sglang_server_cuda_graph_max_bs_flag": "--cuda-graph-max-bs"},
                                "tasks_from": "preflight"}
+    adaptive_table = {"1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [0, 1]}}
     cases["adaptive_with_config"] = {"vars": {"mode": "eagle3-adaptive", "sglang_server_check_flags": False,
-                                              "sglang_server_adaptive_config": {
-        "1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [0, 1]}}}, "tasks_from": "preflight"}
+                                              "sglang_server_adaptive_config": adaptive_table},
+                                     "tasks_from": "preflight"}
     inventory = localhost_inventory(
         engine="sglang", sglang_python=sglang_python, specbench_node_dir=str(node), sglang_server_check_node=False,
         sglang_server_model_path="/models/Kimi-K2.5-INT4", sglang_server_draft_model_path="/models/Kimi-K2.5-EAGLE3",
@@ -87,7 +88,7 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
     assert run.rc == 0, run.stdout[-4000:]
     out = case_outcomes(node)
     rendered = {}
-    checked = [r for _, task, r in run.results("runner_on_ok") if "Check every flag" in task and r.get("checked")]
+    checked = [r for dummy, task, r in run.results("runner_on_ok") if "Check every flag" in task and r.get("checked")]
     assert [r["version"] for r in checked] == ["0.5.23"], "the role checked eagle3-adaptive with SGLang's parser"
     for mode in [*MODES, "adaptive_with_config"]:
         assert not out[mode]["failed"], f"{mode}: {out[mode].get('msg')}"
