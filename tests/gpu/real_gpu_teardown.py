@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The teardown on a real NVIDIA machine: allocate, read, tear down, prove idle, time it.
 
     .venv/bin/python tests/gpu/real_gpu_teardown.py [--gib 4] [--gpu 0] [--stubborn] [--playbook]
