@@ -198,6 +198,10 @@ def test_node_speed_lives_in_one_place_and_the_progress_line_says_engine_and_sca
     real = format_level_line(level, server={"engine": "sglang", "version": "0.5.23", "server_info": {}})
     assert real.startswith("engine: sglang | C=   1") and "921.0 tok/s" in real and "node speed" not in real
     assert format_level_line(level).startswith("C=   1")  # the client's own CLI, unchanged
+    # engine=external against an emulator: marked version, no recorded time scale -> wall-clock, said so.
+    unknown = format_level_line(level, server={"version": "0.5.23+specbench-emulator", "model": "m"})
+    assert unknown.startswith("engine: emulator, time scale unknown | C=   1")
+    assert "921.0 tok/s wall-clock [910.0, 930.0]" in unknown and "node speed" not in unknown
 
 
 def test_the_report_opens_with_a_banner_when_any_mode_ran_on_the_emulator():
@@ -213,3 +217,5 @@ def test_the_report_opens_with_a_banner_when_any_mode_ran_on_the_emulator():
     assert "`baseline`" not in banner and "time scale 0.1" in banner and "multiply by the time scale" in lines[3]
     real = {"baseline": {"engine": "sglang", "version": "0.5.23"}}
     assert labels.emulated_banner(real) == []
+    external = labels.emulated_banner({"eagle3": {"engine": "external", "version": "0.5.23+specbench-emulator"}})
+    assert "time scale unknown" in external[0]

@@ -14,7 +14,8 @@ EMULATOR_MARK = "+specbench-emulator"
 
 def emulation(server: dict | None) -> dict | None:
     """``{"time_scale": x}`` when ``server`` (a results file's ``server`` block or the
-    specbench_server fact) ran on the emulator, else None."""
+    specbench_server fact) ran on the emulator, else None. ``x`` is None when the server is the
+    emulator but its time scale is not recorded (engine=external): figures stay wall-clock."""
     server = server or {}
     info = server.get("server_info") if isinstance(server.get("server_info"), dict) else {}
     emu = info.get("emulator") or server.get("emulator")
@@ -23,9 +24,9 @@ def emulation(server: dict | None) -> dict | None:
         return None
     scale = (emu or {}).get("time_scale") if isinstance(emu, dict) else None
     try:
-        scale = float(scale) if scale is not None else 1.0
+        scale = float(scale) if scale is not None else None
     except (TypeError, ValueError):
-        scale = 1.0
+        scale = None
     return {"time_scale": scale}
 
 
@@ -43,13 +44,17 @@ def engine_label(server: dict | None) -> str:
     """'engine: emulator, time scale 0.1' or 'engine: sglang' (what every line and report says)."""
     emu = emulation(server)
     if emu is not None:
-        return f"engine: emulator, time scale {emu['time_scale']:g}"
+        scale = emu["time_scale"]
+        return f"engine: emulator, time scale {scale:g}" if scale is not None else "engine: emulator, time scale unknown"
     engine = (server or {}).get("engine") or "sglang"
     return f"engine: {engine}"
 
 
-def command_time_scale(command) -> float:
-    """The --emulator-time-scale of a recorded launch command (argv list), 1.0 when absent."""
+def command_time_scale(command) -> float | None:
+    """The --emulator-time-scale of a recorded launch command (argv list): 1.0 when the command
+    has none (the emulator's default), None when no command was recorded (engine=external)."""
+    if not command:
+        return None
     argv = [str(a) for a in command] if isinstance(command, list) else str(command or "").split()
     for i, token in enumerate(argv):
         try:
@@ -58,7 +63,7 @@ def command_time_scale(command) -> float:
             if token.startswith("--emulator-time-scale="):
                 return float(token.split("=", 1)[1])
         except (IndexError, ValueError):
-            return 1.0
+            return None
     return 1.0
 
 
@@ -70,8 +75,9 @@ def emulated_banner(servers: dict) -> list[str]:
                                                or EMULATOR_MARK in str(info.get("version") or ""))}
     if not emulated:
         return []
-    scales = sorted(set(emulated.values()))
-    scale_text = ", ".join(f"{s:g}" for s in scales)
+    scales = sorted({s for s in emulated.values() if s is not None})
+    scale_text = ", ".join(f"{s:g}" for s in scales) + (
+        (", unknown" if scales else "unknown") if None in emulated.values() else "")
     return [
         f"> **EMULATED, NOT MEASURED ON GPUS**: mode(s) {', '.join(f'`{m}`' for m in emulated)} ran on the specbench "
         f"SGLang emulator (engine: emulator, time scale {scale_text}). Its figures come from a performance model of "

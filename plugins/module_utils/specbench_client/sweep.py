@@ -24,6 +24,11 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     ci = level.get("output_tok_per_s_ci95")
     ttft = (level.get("ttft_ms") or {}).get("p50")
     emu = emulation(server) if server is not None else None
+    if emu is not None and emu["time_scale"] is None:
+        emu = None  # the emulator at an unknown time scale: wall-clock figures, so labelled
+        wall = " wall-clock"
+    else:
+        wall = ""
     parts = [f"{prefix}{engine_label(server)} | C={conc:>4}" if server is not None else f"{prefix}C={conc:>4}"]
     if tok is None:
         parts.append("output      -  tok/s")
@@ -34,7 +39,7 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
                      f"({tok:.1f} wall-clock)")
     else:
         interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
-        parts.append(f"output {tok:9.1f} tok/s{interval}")
+        parts.append(f"output {tok:9.1f} tok/s{wall}{interval}")
     if emu is not None and ttft is not None:
         ttft = node_latency(ttft, emu["time_scale"])
     parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
