@@ -66,11 +66,11 @@ def test_results_file_facts_and_progress(tmp_path, emulator):
     assert facts["results_file"] == str(run.results_path("localhost", "eagle3"))
     assert facts["levels"] == doc["levels"] and facts["mode"] == "eagle3" and facts["status"] == "complete"
     # One progress line per level on the console.
-    # The emulator behind engine=external: labelled so, at an unknown time scale, in wall-clock tok/s.
+    # The emulator behind engine=external: labelled so, with its time scale, at the node's speed.
     lines = [ln for ln in run.stdout.splitlines() if re.search(r"localhost \| (engine: [^|]+\| )?C=\s*\d+ \|", ln)]
     assert len(lines) == 2 and "C=   1" in lines[0] and "C=   4" in lines[1]
-    assert lines[0].startswith("localhost | engine: emulator, time scale unknown | C=")
-    assert "tok/s wall-clock [" in lines[0] and "TTFT p50" in lines[0] and "failed 0" in lines[0]
+    assert lines[0].startswith("localhost | engine: emulator, time scale 0.1 | C=")
+    assert "tok/s at node speed [" in lines[0] and "TTFT p50" in lines[0] and "failed 0" in lines[0]
     # The key appears nowhere.
     assert KEY not in run.artifacts_text()
     assert KEY not in run.results_path("localhost", "eagle3").read_text()
