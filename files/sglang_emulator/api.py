@@ -16,7 +16,7 @@ import os
 import time
 import uuid
 
-from sglang_emulator import SGLANG_VERSION, model
+from sglang_emulator import REPORTED_VERSION, model
 from sglang_emulator.engine import VOCAB, QueueFull, Request
 
 LOG = logging.getLogger("sglang")
@@ -308,7 +308,7 @@ class Api:
         info = dict(self.cfg["server_args"])
         info.update(
             {
-                "version": SGLANG_VERSION,
+                "version": REPORTED_VERSION,
                 "launch_command": self.cfg["launch_command"],
                 "startup_time": self.state.started,
                 "status": self.state.status,

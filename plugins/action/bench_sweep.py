@@ -190,7 +190,7 @@ class ActionModule(ActionBase):
             def on_level(level):
                 doc["levels"].append(redact(level, secrets))
                 save()
-                self._display.display(f"{host} | {format_level_line(level)}")
+                self._display.display(f"{host} | {format_level_line(level, server=doc['server'])}")
                 if level.get("error"):
                     self._display.warning(f"{host}: {level['error']}")
 

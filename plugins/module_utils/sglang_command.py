@@ -227,6 +227,7 @@ def render(params: dict) -> dict:
     """The launch command and what it records, from the role's data; CommandError when refused.
 
     ``params`` keys: engine, mode, modes, settings, mode_overrides, extra_args, mode_extra_args,
+    enable_metrics (default true: ``--enable-metrics`` rendered whatever extra_args say),
     model_path, served_model_name, host, port, python, emulator_python, emulator_path,
     emulator (see :func:`emulator_flags`) and adaptive_config (see :func:`check_adaptive_config`).
     """
@@ -332,6 +333,12 @@ def render(params: dict) -> dict:
     extra = [str(a) for a in extra]
     for flag in flags_in(extra):
         origins[flag] = "sglang_server_extra_args"
+    # /metrics feeds the running/queued figures and the "cap reached" and "queued" confounders:
+    # always on, whatever a user puts in sglang_server_extra_args (once, not twice).
+    observe: list[str] = []
+    if params.get("enable_metrics", True) and "--enable-metrics" not in [*own_extra, *extra]:
+        observe = ["--enable-metrics"]
+        origins.setdefault("--enable-metrics", "sglang_server_enable_metrics")
 
     model_path = params.get("model_path")
     if not model_path:
@@ -366,7 +373,7 @@ def render(params: dict) -> dict:
         for flag in flags_in(emulator_argv):
             origins.setdefault(flag, "sglang_server_emulator_args")
 
-    argv = [*base_argv, *capacity_argv, *mode_argv, *own_extra, *extra, *emulator_argv]
+    argv = [*base_argv, *capacity_argv, *mode_argv, *observe, *own_extra, *extra, *emulator_argv]
     return {
         "argv": [*entry, *argv],
         "entry": entry,

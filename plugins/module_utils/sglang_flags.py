@@ -32,7 +32,11 @@ if engine == "sglang":
     ServerArgs.add_cli_args(parser)
 else:
     sys.path.insert(0, os.path.dirname(os.path.abspath(emulator_path)))
-    from sglang_emulator import SGLANG_VERSION as version
+    try:
+        from sglang_emulator import REPORTED_VERSION as version
+    except ImportError:  # an emulator shipped before versions were marked
+        from sglang_emulator import SGLANG_VERSION as version
+        version += "+specbench-emulator"
     from sglang_emulator.cli import build_parser
     parser = build_parser()
 argv = json.loads(sys.stdin.read() or "[]")

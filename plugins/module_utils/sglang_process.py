@@ -136,6 +136,21 @@ def recorded_alive(state: dict | None) -> bool:
 # ---------------------------------------------------------------- launching
 
 
+# What a systemd unit inherits from the launching session (a system unit starts with an empty
+# environment): the CUDA toolkit, the libraries, the Hugging Face cache and offline switches,
+# NCCL's tuning, the interpreter's PATH and virtualenv. sglang_server_environment comes on top.
+FORWARDED_NAMES = ("PATH", "HOME", "LD_LIBRARY_PATH", "VIRTUAL_ENV")
+FORWARDED_PREFIXES = ("CUDA_", "HF_", "NCCL_")
+
+
+def forwarded_environment(session: dict, extra: dict) -> dict:
+    """The explicit environment a systemd unit gets: the session's CUDA_*, HF_*, NCCL_*, PATH,
+    HOME, LD_LIBRARY_PATH and VIRTUAL_ENV, then ``extra`` (sglang_server_environment) over them."""
+    env = {k: v for k, v in session.items() if k in FORWARDED_NAMES or k.startswith(FORWARDED_PREFIXES)}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
 def systemd_available() -> bool:
     return os.path.isdir("/run/systemd/system") and shutil.which("systemd-run") is not None and os.geteuid() == 0
 
@@ -189,10 +204,7 @@ def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str,
     kind = choose_launcher(launcher)
     if kind == "systemd":
         subprocess.run(["systemctl", "reset-failed", unit], capture_output=True, check=False)
-        # A system unit starts with an empty environment: keep the module's PATH and HOME (the
-        # Hugging Face cache lives under HOME) as a session launch would, then the extras.
-        unit_env = {k: os.environ[k] for k in ("PATH", "HOME") if k in os.environ}
-        unit_env.update({k: str(v) for k, v in env.items()})
+        unit_env = forwarded_environment(dict(os.environ), env)
         proc = subprocess.run(systemd_run_argv(unit, argv, log_path, chdir, unit_env), capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
@@ -269,37 +281,101 @@ def http_get(url: str, timeout: float = 10) -> tuple[int | None, bytes]:
         return None, b""
 
 
+def last_log_line(path: str, offset: int = 0) -> str:
+    """The log's last non-empty line since ``offset`` (what the server is doing now), at most 300 characters."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(offset, size - 65536, 0))
+            data = fh.read()
+    except OSError:
+        return "(no log yet)"
+    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "(the log is empty)"
+
+
+def gpu_memory(read_gpus) -> dict:
+    """GPU memory now, through ``read_gpus()`` (gpu_state's backend): used/total MiB and GPU count.
+
+    A backend that cannot answer gives ``error`` instead: the wait goes on, the line says why."""
+    if read_gpus is None:
+        return {"gpus": None, "used_mib": None, "total_mib": None, "error": "not read"}
+    try:
+        gpus = read_gpus()
+    except Exception as exc:  # noqa: BLE001 - any backend failure only degrades the progress line
+        return {"gpus": None, "used_mib": None, "total_mib": None, "error": str(exc)[:200]}
+    return {
+        "gpus": len(gpus),
+        "used_mib": sum(int(g.get("memory_used_mib") or 0) for g in gpus),
+        "total_mib": sum(int(g.get("memory_total_mib") or 0) for g in gpus),
+        "error": None,
+    }
+
+
 def wait_ready(base_url: str, pid: int | None, starttime: int | None, unit: str | None, log_path: str,
                log_offset: int, timeout: float, interval: float = 0.5, tail_lines: int = 40,
-               probes: tuple[str, ...] = PROBES) -> dict:
-    """Poll until a probe answers 200; LaunchError with the log tail on exit or deadline."""
-    deadline = time.monotonic() + timeout
+               probes: tuple[str, ...] = PROBES, poll_for: float = 0, elapsed_before: float = 0,
+               read_gpus=None) -> dict:
+    """Poll until a probe answers 200; LaunchError with the log tail on exit or deadline.
+
+    ``timeout`` is the whole wait; ``elapsed_before`` the part of it earlier calls spent. With
+    ``poll_for`` > 0 this call returns after that many seconds with ``ready: False`` and a
+    ``progress`` snapshot (elapsed, the log's last line, GPU memory through ``read_gpus``), so a
+    caller can show a line and call again: the only way a line reaches the user's terminal while
+    an Ansible module waits. Ready returns ``ready: True``.
+    """
     started = time.monotonic()
+    remaining = max(0.0, timeout - elapsed_before)
+    deadline = started + remaining
+    stop = min(deadline, started + poll_for) if poll_for > 0 else deadline
     order = list(probes)
     index = 0
     last = "no answer yet"
+
+    def elapsed() -> float:
+        return round(elapsed_before + time.monotonic() - started, 3)
+
     while True:
         gone = exited(pid, starttime, unit)
         if gone:
             raise LaunchError(
-                f"the server exited during startup ({gone}) before {base_url} became ready. Last lines of "
-                f"{log_path}:\n{log_tail(log_path, log_offset, tail_lines)}"
+                f"the server exited during startup ({gone}) after {elapsed():.0f}s, before {base_url} became "
+                f"ready. Last lines of {log_path}:\n{log_tail(log_path, log_offset, tail_lines)}"
             )
         path = order[index]
         status = http_get(base_url + path, timeout=max(1.0, min(25.0, deadline - time.monotonic())))[0]
         if status == 200:
-            return {"probe": path, "elapsed_s": round(time.monotonic() - started, 3)}
+            return {"ready": True, "probe": path, "elapsed_s": elapsed()}
         if status in (404, 405) and index < len(order) - 1:
             index += 1  # this server has no such endpoint: fall back to the next probe
             continue
         last = f"{path} answered {status}" if status else f"{path}: nothing listening yet"
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             raise LaunchError(
                 f"the server at {base_url} was not ready within {timeout:.0f}s ({last}); it still runs (pid "
                 f"{pid}). Raise sglang_server_ready_timeout for a slow model load. Last lines of {log_path}:\n"
                 f"{log_tail(log_path, log_offset, tail_lines)}"
             )
-        time.sleep(interval)
+        if now >= stop:
+            return {"ready": False, "probe": None, "elapsed_s": elapsed(), "progress": {
+                "elapsed_s": elapsed(), "timeout_s": timeout, "last_probe": last,
+                "log_line": last_log_line(log_path, log_offset), "gpu_memory": gpu_memory(read_gpus)}}
+        time.sleep(max(0.0, min(interval, stop - now)))
+
+
+def progress_line(progress: dict) -> str:
+    """One line for the user while the server loads: elapsed of timeout, GPU memory, the log's last line."""
+    secs = int(progress.get("elapsed_s") or 0)
+    limit = int(progress.get("timeout_s") or 0)
+    mem = progress.get("gpu_memory") or {}
+    if mem.get("used_mib") is not None:
+        gpu = f"GPU memory {mem['used_mib'] / 1024:.1f} of {mem['total_mib'] / 1024:.1f} GiB on {mem['gpus']} GPUs"
+    else:
+        gpu = f"GPU memory unknown ({mem.get('error') or 'not read'})"
+    return (f"loading {secs // 60}:{secs % 60:02d} of {limit // 60}:{limit % 60:02d} | {gpu} | "
+            f"log: {progress.get('log_line') or '-'}")
 
 
 def server_info(base_url: str) -> tuple[dict, list[str]]:

@@ -16,6 +16,7 @@ import math
 import os
 import tempfile
 
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import SCHEMA, compact, fmt_conc
 
 INDEX_SCHEMA = "specbench.compare-index/1"
@@ -175,6 +176,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     host, run_id = summary.get("host"), summary.get("run_id")
     base, spec = summary.get("baseline_mode"), summary.get("spec_mode")
     lines = [f"# Speculative decoding A/B: {host}", ""]
+    lines += emulated_banner(summary.get("servers") or {})
     finished = summary.get("results_finished_at")
     lines.append(f"Run `{run_id}`, modes {', '.join(f'`{m}`' for m in summary.get('modes') or [])}"
                  + (f", results up to {finished}." if finished else "."))

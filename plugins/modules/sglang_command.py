@@ -58,6 +58,12 @@ options:
     type: list
     elements: str
     default: []
+  enable_metrics:
+    description:
+      - Render C(--enable-metrics) (once) whatever I(extra_args) hold; C(/metrics) gives the running and
+        queued figures and the "cap reached" and "queued" confounders.
+    type: bool
+    default: true
   model_path:
     description: C(--model-path) (required; an empty value fails naming C(sglang_server_model_path)).
     type: str
@@ -191,6 +197,7 @@ def main():
             "mode_overrides": {"type": "dict", "default": {}},
             "mode_extra_args": {"type": "dict", "default": {}},
             "extra_args": {"type": "list", "elements": "str", "default": []},
+            "enable_metrics": {"type": "bool", "default": True},
             "model_path": {"type": "str"},
             "served_model_name": {"type": "str"},
             "host": {"type": "str", "default": "127.0.0.1"},

@@ -86,7 +86,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 version:
-  description: The SGLang version the parser belongs to (the emulator reports the SGLang version it emulates).
+  description:
+    - The SGLang version the parser belongs to.
+    - The emulator reports the version it emulates with a local label, e.g. C(0.5.23+specbench-emulator).
   returned: success
   type: str
   sample: "0.5.23"
@@ -110,6 +112,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.sglang_command import flags_in
 from ansible_collections.specbench.core.plugins.module_utils.sglang_flags import FlagError, check, emulator_present, probe
+from ansible_collections.specbench.core.plugins.module_utils.sglang_preflight import public_version
 
 
 def main():
@@ -137,7 +140,7 @@ def main():
         module.fail_json(msg=str(exc))
     where = f"on this node ({p['python']})" if p["engine"] == "sglang" else f"in the emulator ({p['emulator_path']})"
     problems = check(p["args"], info, p["renames"], p["origins"], where)
-    if p["require_version"] and info["version"] != p["require_version"]:
+    if p["require_version"] and public_version(info["version"]) != public_version(p["require_version"]):
         problems.append(f"SGLang {info['version']} {where} is not the required {p['require_version']} "
                         "(sglang_server_require_version).")
     result = {"version": info["version"], "options_count": len(info["options"]), "checked": True,

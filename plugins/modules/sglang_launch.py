@@ -47,10 +47,14 @@ options:
     type: int
     required: true
   launcher:
-    description: C(session) (own session and process group), C(systemd) (transient unit) or C(auto).
+    description:
+      - C(session) (own session and process group), C(systemd) (transient unit) or C(auto) (systemd
+        where it runs as the system manager and this is root).
+      - A systemd unit gets an explicit environment, the session's C(CUDA_*), C(HF_*), C(NCCL_*),
+        C(PATH), C(HOME), C(LD_LIBRARY_PATH) and C(VIRTUAL_ENV) plus I(environment).
     type: str
     choices: [auto, session, systemd]
-    default: auto
+    default: session
   unit:
     description: Name of the transient systemd unit (launcher C(systemd)).
     type: str
@@ -162,7 +166,7 @@ def main():
             "state_path": {"type": "path", "required": True},
             "host": {"type": "str", "default": "127.0.0.1"},
             "port": {"type": "int", "required": True},
-            "launcher": {"type": "str", "choices": ["auto", "session", "systemd"], "default": "auto"},
+            "launcher": {"type": "str", "choices": ["auto", "session", "systemd"], "default": "session"},
             "unit": {"type": "str", "default": "specbench-sglang"},
             "chdir": {"type": "path", "required": True},
             "environment": {"type": "dict", "default": {}},

@@ -16,6 +16,10 @@ description:
     (same pid and start time) or its systemd unit is gone before it is ready.
   - Once ready, reads C(/get_server_info) (version and resolved arguments) and C(/v1/models), and
     compares the capacity settings the server resolved with I(expected).
+  - With I(poll_for), returns after that many seconds with C(ready=false) and a C(progress)
+    snapshot (elapsed, the log's last line, GPU memory used) while the server still loads; the
+    action plugin of the same name calls it again and again, printing one line per call, until the
+    server is ready, exits, or I(timeout) passes (counted with I(elapsed_before)).
   - With I(state_path), completes the launch record written by M(specbench.core.sglang_launch)
     with I(extra), the version, the server info and the confounders, rewrites it, and returns it
     as C(record) (the role's C(specbench_server) fact).
@@ -49,6 +53,27 @@ options:
     description: Seconds to wait for readiness (model loads of large models take many minutes).
     type: int
     default: 1800
+  poll_for:
+    description: Seconds this call waits before returning a progress snapshot (0 waits the whole I(timeout)).
+    type: float
+    default: 0
+  elapsed_before:
+    description: Seconds of I(timeout) that earlier calls of this wait already spent.
+    type: float
+    default: 0
+  gpu_backend:
+    description: How the progress snapshot reads GPU memory (the gpu_state backends), or C(none).
+    type: str
+    choices: [auto, nvml, nvidia-smi, emulated, none]
+    default: none
+  gpu_device_glob:
+    description: Device files of the GPUs (the emulated backend's folder pattern).
+    type: str
+    default: /dev/nvidia*
+  gpu_nvidia_smi:
+    description: The nvidia-smi binary for the C(nvidia-smi) backend.
+    type: str
+    default: nvidia-smi
   interval:
     description: Seconds between probes.
     type: float
@@ -93,6 +118,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ready:
+  description: True once the server serves; false when I(poll_for) passed first (see C(progress)).
+  returned: always
+  type: bool
+progress:
+  description: While loading, C(elapsed_s), C(timeout_s), C(last_probe), C(log_line) and C(gpu_memory)
+    (C(gpus), C(used_mib), C(total_mib), C(error)).
+  returned: when C(ready) is false
+  type: dict
 probe:
   description: The endpoint that answered 200.
   returned: success
@@ -131,6 +165,7 @@ record:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils import gpu_state
 from ansible_collections.specbench.core.plugins.module_utils.sglang_process import (
     LaunchError,
     read_state,
@@ -151,6 +186,12 @@ def main():
             "log_path": {"type": "path", "required": True},
             "log_offset": {"type": "int", "default": 0},
             "timeout": {"type": "int", "default": 1800},
+            "poll_for": {"type": "float", "default": 0},
+            "elapsed_before": {"type": "float", "default": 0},
+            "gpu_backend": {"type": "str", "default": "none",
+                            "choices": ["auto", "nvml", "nvidia-smi", "emulated", "none"]},
+            "gpu_device_glob": {"type": "str", "default": "/dev/nvidia*"},
+            "gpu_nvidia_smi": {"type": "str", "default": "nvidia-smi"},
             "interval": {"type": "float", "default": 0.5},
             "tail_lines": {"type": "int", "default": 40},
             "expected": {"type": "dict", "default": {}},
@@ -161,16 +202,25 @@ def main():
     )
     p = module.params
     base = p["base_url"].rstrip("/")
+    read_gpus = None
+    if p["gpu_backend"] != "none":
+        def read_gpus():
+            glob = p["gpu_device_glob"]
+            return gpu_state.open_backend(p["gpu_backend"], glob, p["gpu_nvidia_smi"]).read_gpus()
     try:
         ready = wait_ready(base, p["pid"], p["starttime"], p["unit"], p["log_path"], p["log_offset"],
-                           p["timeout"], p["interval"], p["tail_lines"])
+                           p["timeout"], p["interval"], p["tail_lines"], poll_for=p["poll_for"],
+                           elapsed_before=p["elapsed_before"], read_gpus=read_gpus)
     except LaunchError as exc:
         module.fail_json(msg=str(exc))
+    if not ready["ready"]:
+        module.exit_json(changed=False, ready=False, progress=ready["progress"], elapsed_s=ready["elapsed_s"])
     found, warnings = server_info(base)
     for warning in warnings:
         module.warn(warning)
     info = found["server_info"]
     result = {
+        "ready": True,
         "probe": ready["probe"],
         "elapsed_s": ready["elapsed_s"],
         "server_info": info,

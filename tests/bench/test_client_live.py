@@ -66,4 +66,4 @@ def test_script_by_hand(emulator, tmp_path):
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("C=")]
     assert len(lines) == 2 and "tok/s" in lines[0]
     doc = json.loads(out.read_text())
-    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 3] and doc["server"]["version"] == "0.5.23"
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 3] and doc["server"]["version"] == "0.5.23+specbench-emulator"

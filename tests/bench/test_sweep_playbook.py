@@ -38,7 +38,7 @@ def test_results_file_facts_and_progress(tmp_path, emulator):
     assert settings["concurrency"] == [1, 4] and settings["input_len"] == 32 and settings["output_len"] == 32
     assert settings["api"] == "chat" and settings["api_key_set"] is True and "api_key" not in settings
     server = doc["server"]
-    assert server["version"] == "0.5.23" and server["model"] == "test/model"
+    assert server["version"] == "0.5.23+specbench-emulator" and server["model"] == "test/model"
     assert server["speculative_algorithm"] == "EAGLE3" and server["metrics_available"] is True
     assert "--speculative-algorithm EAGLE3" in server["launch_command"]
     assert "--api-key <redacted>" in server["launch_command"]
@@ -66,9 +66,11 @@ def test_results_file_facts_and_progress(tmp_path, emulator):
     assert facts["results_file"] == str(run.results_path("localhost", "eagle3"))
     assert facts["levels"] == doc["levels"] and facts["mode"] == "eagle3" and facts["status"] == "complete"
     # One progress line per level on the console.
-    lines = [ln for ln in run.stdout.splitlines() if re.search(r"localhost \| C=\s*\d+ \|", ln)]
+    # The emulator behind engine=external: labelled so, with its time scale, at the node's speed.
+    lines = [ln for ln in run.stdout.splitlines() if re.search(r"localhost \| (engine: [^|]+\| )?C=\s*\d+ \|", ln)]
     assert len(lines) == 2 and "C=   1" in lines[0] and "C=   4" in lines[1]
-    assert "tok/s [" in lines[0] and "TTFT p50" in lines[0] and "failed 0" in lines[0]
+    assert lines[0].startswith("localhost | engine: emulator, time scale 0.1 | C=")
+    assert "tok/s at node speed [" in lines[0] and "TTFT p50" in lines[0] and "failed 0" in lines[0]
     # The key appears nowhere.
     assert KEY not in run.artifacts_text()
     assert KEY not in run.results_path("localhost", "eagle3").read_text()
@@ -164,7 +166,7 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
         assert kinds <= set(second["failures_by_kind"]), second["failures_by_kind"]
         assert doc["status"] == "stopped" and len(doc["levels"]) == 2 and doc["error"] == second["error"]
         assert text in failed[host] and "the levels measured before it are in" in failed[host]
-        assert f"{host} | C=   2 |" in run.stdout and "ERROR: C=2" in run.stdout
+        assert re.search(rf"{host} \| (engine: [^|]+\| )?C=   2 \|", run.stdout) and "ERROR: C=2" in run.stdout
         return second
 
     second = check_stopped("crash", set(), "requests failed")

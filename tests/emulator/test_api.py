@@ -36,7 +36,7 @@ def test_models_model_info_and_server_info(emulator):
     assert info["model_path"] == "test/model" and info["is_generation"] is True
     status, _, body = http("GET", emu.base_url + "/get_server_info")
     server = json.loads(body)
-    assert server["version"] == "0.5.23"
+    assert server["version"] == "0.5.23+specbench-emulator"
     assert server["tp_size"] == 1 and server["max_running_requests"] == 64
     assert "--served-model-name llama-8b" in server["launch_command"]
     state = server["internal_states"][0]

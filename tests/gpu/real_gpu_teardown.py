@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """The teardown on a real NVIDIA machine: allocate, read, tear down, prove idle, time it.
 
     .venv/bin/python tests/gpu/real_gpu_teardown.py [--gib 4] [--gpu 0] [--stubborn] [--playbook]
@@ -69,7 +69,7 @@ def read(glob: str, idle: int) -> dict:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--gib", type=float, default=4.0, help="GiB to allocate in the child (default 4)")
     p.add_argument("--gpu", type=int, default=0, help="GPU index for the child (default 0)")
     p.add_argument("--idle-mib", type=int, default=64, help="clean threshold in MiB (default 64)")

@@ -69,7 +69,7 @@ def test_every_mode_launches_on_the_emulator_and_reaches_ready(tmp_path, node_di
                                     "context_length": 32768, "cuda_graph_max_bs": 256, "chunked_prefill_size": 8192}
         assert fact["confounders"] == []
         assert fact["mode"] == mode and fact["engine"] == "emulator"
-        assert fact["version"] == "0.5.23"
+        assert fact["version"] == "0.5.23+specbench-emulator"
         assert fact["server_info"]["port"] == ports[mode]
         # The server reports resolved values: SGLang turns NEXTN into EAGLE.
         assert fact["server_info"]["speculative_algorithm"] == ("EAGLE" if algorithm == "NEXTN" else algorithm)

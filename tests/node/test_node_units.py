@@ -45,6 +45,7 @@ def test_render_shared_settings_then_mode_flags():
         "/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "127.0.0.1",
         "--port", "30000", "--tp-size", "8", "--mem-fraction-static", "0.88", "--max-running-requests", "256",
         "--chunked-prefill-size", "-1", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/d",
+        "--enable-metrics",
     ]
     assert out["confounders"] == [] and out["settings"]["mem_fraction_static"] == 0.88
 

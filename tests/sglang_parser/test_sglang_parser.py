@@ -74,11 +74,12 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
                     "tasks_from": "preflight"} for mode in MODES}
     cases["old_graph_flag"] = {"vars": {"mode": "eagle3", "sglang_server_cuda_graph_max_bs_flag": "--cuda-graph-max-bs"},
                                "tasks_from": "preflight"}
+    adaptive_table = {"1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [0, 1]}}
     cases["adaptive_with_config"] = {"vars": {"mode": "eagle3-adaptive", "sglang_server_check_flags": False,
-                                              "sglang_server_adaptive_config": {
-        "1": {"candidate_steps": [1, 3]}, "32": {"candidate_steps": [0, 1]}}}, "tasks_from": "preflight"}
+                                              "sglang_server_adaptive_config": adaptive_table},
+                                     "tasks_from": "preflight"}
     inventory = localhost_inventory(
-        engine="sglang", sglang_python=sglang_python, specbench_node_dir=str(node),
+        engine="sglang", sglang_python=sglang_python, specbench_node_dir=str(node), sglang_server_check_node=False,
         sglang_server_model_path="/models/Kimi-K2.5-INT4", sglang_server_draft_model_path="/models/Kimi-K2.5-EAGLE3",
         sglang_server_standalone_draft_model_path="/models/small-draft", sglang_server_port=30000,
     )
@@ -87,7 +88,7 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
     assert run.rc == 0, run.stdout[-4000:]
     out = case_outcomes(node)
     rendered = {}
-    checked = [r for _, task, r in run.results("runner_on_ok") if "Check every flag" in task and r.get("checked")]
+    checked = [r for dummy, task, r in run.results("runner_on_ok") if "Check every flag" in task and r.get("checked")]
     assert [r["version"] for r in checked] == ["0.5.23"], "the role checked eagle3-adaptive with SGLang's parser"
     for mode in [*MODES, "adaptive_with_config"]:
         assert not out[mode]["failed"], f"{mode}: {out[mode].get('msg')}"
@@ -112,6 +113,61 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
     assert parsed["eagle3-adaptive"]["args"]["speculative_eagle_topk"] == 1
     config = parsed["adaptive_with_config"]["args"]["speculative_adaptive_config"]
     assert config == str(node / "state" / "adaptive-config.json")
+
+
+def test_the_example_proxmox_inventory_renders_every_mode_sglang_0_5_23_parses(tmp_path, sglang_python):
+    """inventory/proxmox.example.yml is the seeds' whole node: every mode it compares renders from
+    it (role sglang_server's preflight, engine=sglang) and SGLang's own parser takes each command
+    with the model, TP 8, the EAGLE-3 draft and its settings, --trust-remote-code, /metrics, and
+    every capacity setting the same in every mode."""
+    import yaml
+
+    example = yaml.safe_load((ROOT / "inventory" / "proxmox.example.yml").read_text())
+    group = example["all"]["children"]["gpu_containers"]
+    hostvars = {**group["vars"], **group["hosts"]["pve1-ct129"]}
+    modes = hostvars["compare_modes"]
+    assert set(modes) >= {"baseline", "eagle3"}
+    # Rendered here instead of in container 129: the node's connection and folder, its
+    # interpreter (this SGLang venv), and no node preflight (its /models are not on this machine).
+    for key in ("ansible_connection", "ansible_host", "ansible_user", "proxmox_vmid"):
+        hostvars.pop(key)
+    hostvars.update(specbench_node_dir=str(tmp_path / "node"), sglang_python=sglang_python,
+                    sglang_server_check_node=False)
+    (tmp_path / "node" / "cases").mkdir(parents=True)
+    cases = {mode: {"vars": {"mode": mode, "sglang_server_check_flags": mode == "eagle3"}, "tasks_from": "preflight"}
+             for mode in modes}
+    run = run_playbook(tmp_path, cases_playbook(tmp_path / "modes.yml", cases, record="sglang_server_command"),
+                       localhost_inventory(**hostvars))
+    assert run.rc == 0, run.stdout[-4000:]
+    out = case_outcomes(tmp_path / "node")
+    rendered = {}
+    for mode in modes:
+        assert not out[mode]["failed"], f"{mode}: {out[mode].get('msg')}"
+        rendered[mode] = out[mode]["fact"]["args"]
+        assert out[mode]["fact"]["confounders"] == [], mode
+    parsed = _sglang(sglang_python, PARSE, rendered)
+    capacity = ("tp_size", "mem_fraction_static", "max_running_requests", "context_length", "cuda_graph_max_bs_decode",
+                "chunked_prefill_size")
+    for mode, result in parsed.items():
+        assert result["ok"], f"SGLang 0.5.23 refuses {mode}: {' '.join(rendered[mode])}"
+        args = result["args"]
+        assert args["model_path"] == "/models/Kimi-K2.5-INT4" and args["served_model_name"] == "Kimi-K2.5-INT4"
+        assert args["trust_remote_code"] is True and args["enable_metrics"] is True, mode
+        assert {k: args[k] for k in capacity} == {"tp_size": 8, "mem_fraction_static": 0.88,
+                                                  "max_running_requests": 256, "context_length": 32768,
+                                                  "cuda_graph_max_bs_decode": 256, "chunked_prefill_size": 8192}, mode
+    eagle3 = parsed["eagle3"]["args"]
+    assert eagle3["speculative_algorithm"] == "EAGLE3"
+    assert eagle3["speculative_draft_model_path"] == "/models/Kimi-K2.5-EAGLE3"
+    assert (eagle3["speculative_num_steps"], eagle3["speculative_eagle_topk"],
+            eagle3["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert parsed["baseline"]["args"]["speculative_algorithm"] is None
+    if "eagle3-adaptive" in parsed:
+        assert parsed["eagle3-adaptive"]["args"]["speculative_adaptive"] is True
+        assert parsed["eagle3-adaptive"]["args"]["speculative_draft_model_path"] == "/models/Kimi-K2.5-EAGLE3"
+    # Nothing in the example points at the seeds' lab addresses.
+    text = (ROOT / "inventory" / "proxmox.example.yml").read_text()
+    assert "10.1." not in text
 
 
 CHECK_ADAPTIVE = r"""

@@ -9,22 +9,39 @@ import json
 import os
 import re
 
+from .labels import emulation, engine_label, node_latency, node_speed
 from .level import run_level
 from .summary import empty_level_fields
 
 
-def format_level_line(level: dict, prefix: str = "") -> str:
-    """One progress line: concurrency, tok/s with its interval, TTFT p50, errors."""
+def format_level_line(level: dict, prefix: str = "", server: dict | None = None) -> str:
+    """One progress line: concurrency, tok/s with its interval, TTFT p50, errors.
+
+    With ``server`` (the results' server block) the line names the engine; on the emulator the
+    tok/s are the emulated node's (labels.node_speed), the wall-clock figure beside them."""
     conc = level.get("concurrency")
     tok = level.get("output_tok_per_s")
     ci = level.get("output_tok_per_s_ci95")
     ttft = (level.get("ttft_ms") or {}).get("p50")
-    parts = [f"{prefix}C={conc:>4}"]
+    emu = emulation(server) if server is not None else None
+    if emu is not None and emu["time_scale"] is None:
+        emu = None  # the emulator at an unknown time scale: wall-clock figures, so labelled
+        wall = " wall-clock"
+    else:
+        wall = ""
+    parts = [f"{prefix}{engine_label(server)} | C={conc:>4}" if server is not None else f"{prefix}C={conc:>4}"]
     if tok is None:
         parts.append("output      -  tok/s")
+    elif emu is not None:
+        scale = emu["time_scale"]
+        interval = f" [{node_speed(ci[0], scale):.1f}, {node_speed(ci[1], scale):.1f}]" if ci else ""
+        parts.append(f"output {node_speed(tok, scale):9.1f} tok/s at node speed{interval} "
+                     f"({tok:.1f} wall-clock)")
     else:
         interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
-        parts.append(f"output {tok:9.1f} tok/s{interval}")
+        parts.append(f"output {tok:9.1f} tok/s{wall}{interval}")
+    if emu is not None and ttft is not None:
+        ttft = node_latency(ttft, emu["time_scale"])
     parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
     accept = level.get("accept_length")
     if accept:

@@ -1,0 +1,60 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Action sglang_ready: wait for a launched server, printing a progress line while it loads.
+
+An Ansible module cannot print while it runs, and a 1T-parameter model loads for 10-20
+minutes. So this plugin calls the module of the same name in short slices (``progress_every``
+seconds, ``poll_for`` to the module): each slice either returns ready, fails at once when the
+server exited (with the log's tail), or comes back with a progress snapshot, which this plugin
+prints as one line (elapsed of the timeout, GPU memory used, the server log's last line) before
+calling again with the time already spent (``elapsed_before``), until the module's own deadline
+(``timeout``, counted across the slices) fails it.
+"""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.specbench.core.plugins.module_utils.sglang_process import progress_line
+
+MODULE = "specbench.core.sglang_ready"
+DEFAULT_EVERY = 15.0
+
+
+class ActionModule(ActionBase):
+    """Drive specbench.core.sglang_ready slice by slice, one progress line per slice."""
+
+    _VALID_ARGS = frozenset((
+        "base_url", "pid", "starttime", "unit", "log_path", "log_offset", "timeout", "interval", "tail_lines",
+        "expected", "state_path", "extra", "gpu_backend", "gpu_device_glob", "gpu_nvidia_smi", "progress_every",
+        "label",
+    ))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        del tmp
+        args = dict(self._task.args)
+        try:
+            every = float(args.pop("progress_every", DEFAULT_EVERY))
+        except (TypeError, ValueError):
+            every = -1.0
+        if not 1 <= every <= 30:
+            result.update(failed=True, msg=f"progress_every={self._task.args.get('progress_every')!r}: give "
+                                           "seconds between progress lines, from 1 to 30 "
+                                           "(sglang_server_ready_progress_every).")
+            return result
+        label = args.pop("label", "") or ""
+        host = (task_vars or {}).get("inventory_hostname", "?")
+        prefix = f"{host} | sglang_server{' ' + label if label else ''} | "
+        elapsed = 0.0
+        while True:
+            res = self._execute_module(module_name=MODULE, task_vars=task_vars,
+                                       module_args={**args, "poll_for": every, "elapsed_before": elapsed})
+            if res.get("failed") or res.get("ready", True):
+                if res.get("ready"):
+                    self._display.display(f"{prefix}ready after {res.get('elapsed_s', 0):.0f}s "
+                                          f"({res.get('probe')}), SGLang {res.get('version', '?')}")
+                result.update(res)
+                return result
+            progress = res.get("progress") or {}
+            elapsed = float(res.get("elapsed_s") or progress.get("elapsed_s") or elapsed + every)
+            self._display.display(prefix + progress_line(progress))

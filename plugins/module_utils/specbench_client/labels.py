@@ -1,0 +1,88 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Honest labels: which engine served, and throughput at the emulated node's own speed.
+
+The one place the emulator's time scale is turned into node speed. The emulator runs every
+modelled duration times ``time_scale`` (0.1: ten times faster than the node it emulates), so a
+wall-clock 921 tok/s at time scale 0.1 is the node's 92.1 tok/s. Wall-clock figures stay in the
+results as measured; these helpers name and convert them wherever they are shown.
+"""
+from __future__ import annotations
+
+EMULATOR_MARK = "+specbench-emulator"
+
+
+def emulation(server: dict | None) -> dict | None:
+    """``{"time_scale": x}`` when ``server`` (a results file's ``server`` block or the
+    specbench_server fact) ran on the emulator, else None. ``x`` is None when the server is the
+    emulator but its time scale is not recorded (engine=external): figures stay wall-clock."""
+    server = server or {}
+    info = server.get("server_info") if isinstance(server.get("server_info"), dict) else {}
+    emu = info.get("emulator") or server.get("emulator")
+    version = str(server.get("version") or info.get("version") or "")
+    if not emu and EMULATOR_MARK not in version and server.get("engine") != "emulator":
+        return None
+    scale = (emu or {}).get("time_scale") if isinstance(emu, dict) else None
+    try:
+        scale = float(scale) if scale is not None else None
+    except (TypeError, ValueError):
+        scale = None
+    return {"time_scale": scale}
+
+
+def node_speed(tok_per_s, time_scale: float):
+    """Wall-clock tok/s on the emulator -> the emulated node's tok/s (None stays None)."""
+    return None if tok_per_s is None else tok_per_s * time_scale
+
+
+def node_latency(ms, time_scale: float):
+    """Wall-clock milliseconds on the emulator -> the emulated node's milliseconds."""
+    return None if ms is None or not time_scale else ms / time_scale
+
+
+def engine_label(server: dict | None) -> str:
+    """'engine: emulator, time scale 0.1' or 'engine: sglang' (what every line and report says)."""
+    emu = emulation(server)
+    if emu is not None:
+        scale = emu["time_scale"]
+        return f"engine: emulator, time scale {scale:g}" if scale is not None else "engine: emulator, time scale unknown"
+    engine = (server or {}).get("engine") or "sglang"
+    return f"engine: {engine}"
+
+
+def command_time_scale(command) -> float | None:
+    """The --emulator-time-scale of a recorded launch command (argv list): 1.0 when the command
+    has none (the emulator's default), None when no command was recorded (engine=external)."""
+    if not command:
+        return None
+    argv = [str(a) for a in command] if isinstance(command, list) else str(command or "").split()
+    for i, token in enumerate(argv):
+        try:
+            if token == "--emulator-time-scale":
+                return float(argv[i + 1])
+            if token.startswith("--emulator-time-scale="):
+                return float(token.split("=", 1)[1])
+        except (IndexError, ValueError):
+            return None
+    return 1.0
+
+
+def emulated_banner(servers: dict) -> list[str]:
+    """Markdown lines opening a report when any mode ran on the emulator (``servers``: the
+    summary's ``{mode: {engine, version, command}}``); empty when every mode ran on a real engine."""
+    emulated = {m: command_time_scale(info.get("command")) for m, info in (servers or {}).items()
+                if isinstance(info, dict) and (info.get("engine") == "emulator"
+                                               or EMULATOR_MARK in str(info.get("version") or ""))}
+    if not emulated:
+        return []
+    scales = sorted({s for s in emulated.values() if s is not None})
+    scale_text = ", ".join(f"{s:g}" for s in scales) + (
+        (", unknown" if scales else "unknown") if None in emulated.values() else "")
+    return [
+        f"> **EMULATED, NOT MEASURED ON GPUS**: mode(s) {', '.join(f'`{m}`' for m in emulated)} ran on the specbench "
+        f"SGLang emulator (engine: emulator, time scale {scale_text}). Its figures come from a performance model of "
+        "the node, not from the node.",
+        f"> Throughput below is wall-clock on the emulator: multiply by the time scale ({scale_text}) for the emulated "
+        "node's own tok/s (latencies: divide). Speedups and the crossover concurrency do not depend on the scale.",
+        "",
+    ]
