@@ -65,7 +65,7 @@ def test_node_yml_twice_over_real_ssh_changes_nothing_the_second_time(tmp_path, 
     shipped = ct_node / "sglang_emulator" / "cli.py"
     source = tmp_path / "src" / "files" / "sglang_emulator" / "cli.py"
     assert hashlib.sha256(shipped.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
-    hosts = {h for h, _, _ in first.results("runner_on_ok")}
+    hosts = {h for h, _unused, _unused in first.results("runner_on_ok")}
     assert "pve-test-ct129" in hosts
 
     second = run_playbook(tmp_path, ROOT / "playbooks" / "node.yml", inventory, envvars=env)
@@ -73,7 +73,7 @@ def test_node_yml_twice_over_real_ssh_changes_nothing_the_second_time(tmp_path, 
     assert second.changed() == []
     assert conf.read_text() == text
     assert len((pve / "calls.log").read_text().splitlines()) == 2, "no restart without a config change"
-    assert {h for h, _, _ in second.results("runner_on_ok")} >= {"pve-test", "pve-test-ct129"}
+    assert {h for h, _unused, _unused in second.results("runner_on_ok")} >= {"pve-test", "pve-test-ct129"}
 
 
 def test_proxmox_lxc_refuses_what_it_cannot_fix(tmp_path, fake_proxmox):

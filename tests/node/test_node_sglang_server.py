@@ -117,8 +117,8 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
                                           "sglang_server_ready_timeout": 600}},
         "check_mode": {"vars": {"mode": "eagle3"}, "check": True},
         "override_recorded": {"vars": {"mode": "eagle3", "sglang_server_mode_overrides": {
-            "eagle3": {"mem_fraction_static": 0.8}}, "sglang_server_state_path": str(node_dir / "state" /
-                                                                                    "server-override.json")}},
+            "eagle3": {"mem_fraction_static": 0.8}},
+            "sglang_server_state_path": str(node_dir / "state" / "server-override.json")}},
     }
     try:
         run = run_playbook(tmp_path, cases_playbook(tmp_path / "cases.yml", cases),
@@ -178,10 +178,10 @@ def test_the_flag_check_runs_once_per_command_and_host(tmp_path, node_dir):
     ]))
     run = run_playbook(tmp_path, playbook, localhost_inventory(**emulator_vars(node_dir, free_port()), mode="baseline"))
     assert run.rc == 0, run.stdout[-4000:]
-    checks = [res for _, task, res in run.results("runner_on_ok")
+    checks = [res for _unused, task, res in run.results("runner_on_ok")
               if task.endswith("Check every flag against the node's SGLang") and "checked" in res]
     assert [c["checked"] for c in checks] == [True, True], checks
     assert "--speculative-algorithm" not in checks[0]["flags"] and "--speculative-algorithm" in checks[1]["flags"]
-    reused = [task for _, task, _ in run.results("runner_on_skipped") if "Check every flag" in task]
+    reused = [task for _unused, task, _unused in run.results("runner_on_skipped") if "Check every flag" in task]
     assert len(reused) == 2, "the launch's own preflight and its late check both reused the first check"
     assert json.loads((node_dir / "state" / "server.json").read_text())["mode"] == "baseline"

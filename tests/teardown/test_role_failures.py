@@ -22,7 +22,7 @@ def flat(text: str) -> str:
 
 def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
     stuck, _unused = lab.start("--gpu", "0", "--mib", "30000", "--comm", "td-stuck",
-                         "--record-extra", json.dumps({"emulated_state": "D"}))
+                               "--record-extra", json.dumps({"emulated_state": "D"}))
     server, workers = lab.server(gpus_used=(1,))
     lab.write_server_record(server.pid, server.pid)
     play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
@@ -46,7 +46,7 @@ def test_d_state_holder_is_named_with_reset_advice(lab, tmp_path):
 
 def test_memory_outside_the_namespace_is_reported_with_host_advice(lab, tmp_path):
     hidden, _unused = lab.start("--gpu", "1", "--mib", "12000", "--comm", "other-container",
-                          "--record-extra", json.dumps({"outside_namespace": True}))
+                                "--record-extra", json.dumps({"outside_namespace": True}))
     play = run_playbook(tmp_path, lab.extravars(**FAST_FAIL))
     assert play.rc != 0
     res = play.task("Kill the server and the device holders")
