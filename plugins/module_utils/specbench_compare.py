@@ -42,6 +42,7 @@ level is "never pays"; neither is given a number.
 from __future__ import annotations
 
 import math
+import random
 
 SCHEMA = "specbench.compare/1"
 BASELINE = "baseline"
@@ -264,98 +265,135 @@ def _mode_level_row(level: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The crossover
+# The verdict over the whole series: per-level verdicts, regions, crossings
 # ---------------------------------------------------------------------------------------------
-def _first_crossing(points: list[tuple[float, float]]) -> tuple[str, float | None, int | None]:
-    """Where a series of (concurrency, speedup) first drops below 1.
+PAYS, LOSES, UNCLEAR = "pays", "loses", "unclear"
+STOPS, STARTS = "stops_paying", "starts_paying"
+BOOTSTRAP_DRAWS = 2000
+BOOTSTRAP_SEED = 20260101  # fixed: rendering the same results twice gives the same files
+Z975 = 1.959964
 
-    Returns (kind, concurrency, index): kind "crosses" with the log-interpolated
-    concurrency and the index of the first level below 1; "below" when the first level is
-    already below 1; "above" when no level is.
+
+def level_verdict(speedup, ci) -> str | None:
+    """pays (the 95% interval above 1), loses (below 1), unclear (it straddles 1); None without a speedup.
+
+    A level without an interval is taken at its word (>= 1 pays), as an exact figure.
     """
-    for i, (conc, value) in enumerate(points):
-        if value < 1.0:
-            if i == 0:
-                return "below", None, 0
-            c0, v0 = points[i - 1]
-            frac = (v0 - 1.0) / (v0 - value)
-            return "crosses", math.exp(math.log(c0) + frac * (math.log(conc) - math.log(c0))), i
-    return "above", None, None
+    speedup, ci = _num(speedup), _interval(ci)
+    if speedup is None:
+        return None
+    if ci is None:
+        return PAYS if speedup >= 1.0 else LOSES
+    if ci[0] > 1.0:
+        return PAYS
+    if ci[1] < 1.0:
+        return LOSES
+    return UNCLEAR
 
 
-def crossover(levels: list[dict]) -> dict:
-    """The crossover from per-level speedups: ``levels`` hold concurrency, speedup, speedup_ci95.
+def _runs(verdicts: list[str]) -> list[list]:
+    """[verdict, first index, last index] for each run of equal verdicts."""
+    runs: list[list] = []
+    for i, v in enumerate(verdicts):
+        if runs and runs[-1][0] == v:
+            runs[-1][2] = i
+        else:
+            runs.append([v, i, i])
+    return runs
 
-    Returns status ("crosses", "never_pays", "pays_everywhere", "unknown"), concurrency,
-    ci95 ([lo, hi], either end None when open), bracket (the two levels around it), text,
-    and notes (a speedup that comes back above 1 later, levels without an interval).
+
+def settle_verdicts(verdicts: list[str]) -> list[str]:
+    """Each level's verdict once unclear levels have been read in context.
+
+    An unclear run between two runs of the same verdict, or at either end of the series next to
+    one, takes that verdict: an unclear level never flips a verdict on its own. An unclear run
+    between a paying and a losing run stays unclear (the verdict changes somewhere in it); a
+    series that is unclear throughout stays unclear.
     """
-    usable = sorted(
-        (lv for lv in levels if _num(lv.get("speedup")) is not None and _num(lv.get("concurrency"))),
-        key=lambda lv: lv["concurrency"],
-    )
-    notes: list[str] = []
-    if not usable:
-        return {
-            "status": "unknown",
-            "concurrency": None,
-            "ci95": None,
-            "bracket": None,
-            "text": "no level has both modes measured: no crossover can be given",
-            "notes": notes,
-        }
-    pts = [(float(lv["concurrency"]), float(lv["speedup"])) for lv in usable]
-    lows, highs = [], []
-    for lv, (conc, value) in zip(usable, pts, strict=True):
-        ci = _interval(lv.get("speedup_ci95"))
-        if ci is None:
-            notes.append(f"C={conc:g} has no interval on its speedup: the crossover interval treats it as exact")
-            ci = (value, value)
-        lows.append((conc, min(ci[0], value)))
-        highs.append((conc, max(ci[1], value)))
-    kind, point, idx = _first_crossing(pts)
-    lo_kind, lo = _first_crossing(lows)[:2]
-    hi_kind, hi = _first_crossing(highs)[:2]
-    c_min, c_max = pts[0][0], pts[-1][0]
-    if lo_kind == "below":
-        lo = None
-    if hi_kind == "below":  # even the upper end is below 1 at the first level
-        hi = c_min
-    point, lo, hi = _rnd(point, 3), _rnd(lo, 3), _rnd(hi, 3)
-    if kind == "crosses":
-        again = [c for c, v in pts[idx:] if v >= 1.0]
-        if again:
-            notes.append(
-                f"the speedup comes back to 1 or more at C={', '.join(f'{c:g}' for c in again)} after dropping below 1 "
-                f"at C={pts[idx][0]:g}: look at the confounders before trusting the crossover"
-            )
-    ci_text = _ci_text(lo, hi, c_min, c_max)
-    if kind == "crosses":
-        status = "crosses"
-        bracket = [pts[idx - 1][0], pts[idx][0]]
-        text = (
-            f"speculation stops paying at concurrency {fmt_conc(point)} (95% interval {ci_text}), between the "
-            f"levels C={bracket[0]:g} (speedup {pts[idx - 1][1]:.3f}) and C={bracket[1]:g} ({pts[idx][1]:.3f})"
-        )
-    elif kind == "below":
-        status, point, bracket = "never_pays", None, [None, c_min]
-        text = f"speculation never pays: it is slower from the lowest level measured, C={c_min:g}"
-        if hi is not None and hi > c_min:
-            text += f" (though within the interval it might pay up to C={fmt_conc(hi)})"
-    else:
-        status, point, bracket = "pays_everywhere", None, [c_max, None]
-        text = f"speculation pays at every level measured, up to C={c_max:g}"
-        if lo is not None:
-            text += f" (though within the interval it might stop paying from C={fmt_conc(lo)})"
-    return {
-        "status": status,
-        "concurrency": point,
-        "ci95": [lo, hi] if (lo is not None or hi is not None) else None,
-        "ci95_text": ci_text,
-        "bracket": bracket,
-        "text": text,
-        "notes": notes,
-    }
+    runs = _runs(verdicts)
+    settled = list(verdicts)
+    for n, (v, first, last) in enumerate(runs):
+        if v != UNCLEAR:
+            continue
+        before = runs[n - 1][0] if n > 0 else None
+        after = runs[n + 1][0] if n + 1 < len(runs) else None
+        take = None
+        if before and after and before == after:
+            take = before
+        elif before and not after:
+            take = before
+        elif after and not before:
+            take = after
+        if take:
+            for i in range(first, last + 1):
+                settled[i] = take
+    return settled
+
+
+def regions(points: list[tuple[float, str]]) -> list[dict]:
+    """Contiguous levels with the same settled verdict: from/to concurrency, verdict, levels."""
+    out = []
+    for v, first, last in _runs([v for unused, v in points]):
+        out.append({"from_concurrency": points[first][0], "to_concurrency": points[last][0], "verdict": v,
+                    "levels": last - first + 1, "first": first, "last": last})
+    return out
+
+
+def _interp_at_one(c0: float, v0: float, c1: float, v1: float) -> float:
+    """Where the speedup line between two levels (linear in log concurrency) meets 1."""
+    if v0 == v1:
+        return math.sqrt(c0 * c1)
+    frac = min(1.0, max(0.0, (v0 - 1.0) / (v0 - v1)))
+    return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
+
+
+def _crossing_in(concs: list[float], values: list[float], anchor: int, end: int, direction: str) -> float:
+    """Where ``values`` leave the anchor's side of 1, searched from ``anchor`` up to ``end``.
+
+    ``direction`` stops_paying: the anchor should be >= 1 and the crossing is the first drop
+    below 1 after it; starts_paying mirrors it. When the anchor itself is on the far side, the
+    search goes back for the last level on the near side. -inf / +inf: no crossing below the
+    first level / up to ``end``.
+    """
+    def near(v):
+        return v >= 1.0 if direction == STOPS else v < 1.0
+
+    if near(values[anchor]):
+        for k in range(anchor + 1, end + 1):
+            if not near(values[k]):
+                return _interp_at_one(concs[k - 1], values[k - 1], concs[k], values[k])
+        return math.inf
+    for k in range(anchor - 1, -1, -1):
+        if near(values[k]):
+            return _interp_at_one(concs[k], values[k], concs[k + 1], values[k + 1])
+    return -math.inf
+
+
+def _log_sd(value: float, ci) -> float:
+    """Standard deviation of ln(speedup) from its 95% interval (0 without one)."""
+    ci = _interval(ci)
+    if ci is None or value <= 0:
+        return 0.0
+    return log_half_width(value, ci) / Z975
+
+
+def crossing_interval(concs, values, sds, anchor, end, direction, draws=BOOTSTRAP_DRAWS, seed=BOOTSTRAP_SEED):
+    """95% interval of one crossing: a parametric bootstrap through the interpolation.
+
+    Each level's log speedup is drawn from a normal with its interval's standard error (levels
+    are independent: separate windows), the crossing found again in each draw by the same
+    rule, and the 2.5th and 97.5th percentiles taken. An end is open (None) when more than
+    2.5% of the draws find no crossing on that side of the measured levels.
+    """
+    rng = random.Random(seed)
+    logs = [math.log(v) for v in values]
+    found = []
+    for _dummy in range(draws):
+        drawn = [math.exp(lv + rng.gauss(0.0, sd)) if sd else math.exp(lv) for lv, sd in zip(logs, sds, strict=True)]
+        found.append(_crossing_in(concs, drawn, anchor, end, direction))
+    found.sort()
+    lo, hi = found[int(0.025 * (draws - 1))], found[int(math.ceil(0.975 * (draws - 1)))]
+    return (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
 
 
 def _ci_text(lo, hi, c_min, c_max) -> str:
@@ -364,36 +402,186 @@ def _ci_text(lo, hi, c_min, c_max) -> str:
     return f"{low} to {high}"
 
 
+def crossover(levels: list[dict], draws: int = BOOTSTRAP_DRAWS) -> dict:
+    """The whole-series verdict from per-level speedups (``levels``: concurrency, speedup, speedup_ci95).
+
+    Returns status (crosses, multiple, never_pays, pays_everywhere, unclear, unknown), regions,
+    crossings (each with direction, concurrency, ci95, bracket), and the first stops_paying
+    crossing after the lowest-concurrency paying region as concurrency, ci95, bracket and text.
+    """
+    usable = sorted(
+        (lv for lv in levels if _num(lv.get("speedup")) is not None and _num(lv.get("speedup")) > 0
+         and _num(lv.get("concurrency"))),
+        key=lambda lv: lv["concurrency"],
+    )
+    notes: list[str] = []
+    missing = [lv.get("concurrency") for lv in levels if _num(lv.get("speedup")) is None]
+    empty = {"concurrency": None, "ci95": None, "ci95_text": None, "bracket": None, "regions": [], "crossings": []}
+    if not usable:
+        return dict(empty, status="unknown", notes=notes,
+                    text="no level has both modes measured: no crossover can be given")
+    if missing:
+        inner = [c for c in missing if usable[0]["concurrency"] < c < usable[-1]["concurrency"]]
+        notes.append(f"C={', '.join(str(c) for c in missing)} has no speedup (a mode not measured there): the regions "
+                     "join the levels on either side" + (" across it" if inner else ""))
+    concs = [float(lv["concurrency"]) for lv in usable]
+    values = [float(lv["speedup"]) for lv in usable]
+    sds = []
+    for lv, conc, value in zip(usable, concs, values, strict=True):
+        if _interval(lv.get("speedup_ci95")) is None:
+            notes.append(f"C={conc:g} has no interval on its speedup: the verdict and the crossover take it as exact")
+        sds.append(_log_sd(value, lv.get("speedup_ci95")))
+    raw = [level_verdict(lv["speedup"], lv.get("speedup_ci95")) for lv in usable]
+    settled = settle_verdicts(raw)
+    for lv, r, s in zip(usable, raw, settled, strict=True):
+        if r == UNCLEAR and s != UNCLEAR:
+            notes.append(f"C={lv['concurrency']:g}: speedup {lv['speedup']:.3f} with an interval across 1 (unclear) "
+                         f"is read with its neighbours as {s}")
+    regs = regions(list(zip(concs, settled, strict=True)))
+    definite = [r for r in regs if r["verdict"] != UNCLEAR]
+    c_min, c_max = concs[0], concs[-1]
+    crossings = []
+    for a, b in zip(definite, definite[1:], strict=False):
+        direction = STOPS if a["verdict"] == PAYS else STARTS
+        anchor = a["last"]
+        point = _crossing_in(concs, values, anchor, b["last"], direction)
+        if math.isinf(point):  # the point estimates do not cross between the two regions' ends
+            point = math.sqrt(concs[a["last"]] * concs[b["first"]])
+        lo, hi = crossing_interval(concs, values, sds, anchor, b["last"], direction, draws)
+        crossings.append({
+            "direction": direction,
+            "concurrency": _rnd(point, 3),
+            "ci95": [_rnd(lo, 3), _rnd(hi, 3)],
+            "ci95_text": _ci_text(lo, hi, c_min, c_max),
+            "bracket": [concs[a["last"]], concs[b["first"]]],
+        })
+    kinds = [r["verdict"] for r in definite]
+    if not kinds:
+        status = "unclear"
+    elif kinds == [PAYS]:
+        status = "pays_everywhere"
+    elif kinds == [LOSES]:
+        status = "never_pays"
+    elif kinds == [PAYS, LOSES]:
+        status = "crosses"
+    else:
+        status = "multiple"
+    first_pays = next((n for n, r in enumerate(definite) if r["verdict"] == PAYS), None)
+    main = crossings[first_pays] if first_pays is not None and first_pays < len(crossings) else None
+    public_regions = [{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict", "levels")} for r in regs]
+    out = dict(empty, status=status, regions=public_regions, crossings=crossings, notes=notes)
+    if main:
+        out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
+                   bracket=main["bracket"])
+    out["text"] = _verdict_text(status, regs, crossings, main, values, concs)
+    return out
+
+
+def _region_words(reg: dict) -> str:
+    if reg["from_concurrency"] == reg["to_concurrency"]:
+        return f"C={reg['from_concurrency']:g}"
+    return f"C={reg['from_concurrency']:g} to {reg['to_concurrency']:g}"
+
+
+def _verdict_text(status, regs, crossings, main, values, concs) -> str:
+    c_min, c_max = concs[0], concs[-1]
+    if status == "unclear":
+        return (f"unclear: the speedup's 95% interval straddles 1 at every level measured (C={c_min:g} to {c_max:g}); "
+                "repeat the levels (compare_launches) or lengthen the window")
+    if status == "pays_everywhere":
+        return f"speculation pays at every level measured, up to C={c_max:g}"
+    if status == "never_pays":
+        return f"speculation never pays: it is slower at every level measured, from C={c_min:g} to C={c_max:g}"
+    parts = []
+    for reg in regs:
+        parts.append(f"{reg['verdict']} at {_region_words(reg)}")
+    text = "regions: " + "; ".join(parts)
+    if main:
+        a_idx = concs.index(main["bracket"][0])
+        b_idx = concs.index(main["bracket"][1])
+        text = (f"speculation stops paying at concurrency {fmt_conc(main['concurrency'])} (95% interval "
+                f"{main['ci95_text']}), between the levels C={main['bracket'][0]:g} (speedup {values[a_idx]:.3f}) and "
+                f"C={main['bracket'][1]:g} ({values[b_idx]:.3f}); " + text)
+    for cross in crossings:
+        if cross is main:
+            continue
+        verb = "stops paying" if cross["direction"] == STOPS else "starts paying again" if main and \
+            cross["concurrency"] > main["concurrency"] else "starts paying"
+        text += f"; it {verb} at C={fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})"
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Recommendation and SGLang's adaptive table
 # ---------------------------------------------------------------------------------------------
-def adaptive_table(off_from: int | None, measured_max: float | None = None, base: dict | None = None) -> dict:
-    """A --speculative-adaptive-config table (batch size -> candidate steps) off from ``off_from``.
+def speculate_ranges(cross: dict, c_min: float | None) -> list[list]:
+    """Concurrency ranges to speculate in, [from, below) with below None for open: from the regions.
 
-    Rows of SGLang's default below ``off_from`` that can speculate are kept (its adaptive
-    logic still picks the step count from the acceptance it sees); rows that only turn it
-    off, and every row at or above ``off_from``, give way to one row ``[0]`` (plain decode)
-    at ``off_from``. With ``off_from`` None (speculation paid at every level up to
-    ``measured_max``), the default's speculation-off rows at or below ``measured_max`` are
-    dropped.
+    A stops_paying crossing at x ends a range at ceil(x); a starts_paying crossing at y starts
+    one at ceil(y). A series that starts paying starts its range at 1.
+    """
+    status = cross.get("status")
+    if status == "pays_everywhere":
+        return [[1, None]]
+    if status == "crosses" and not cross.get("crossings") and cross.get("concurrency"):
+        return [[1, max(1, math.ceil(cross["concurrency"] - 1e-9))]]
+    if status in ("never_pays", "unclear", "unknown") or not cross.get("regions"):
+        return []
+    definite = [r for r in cross["regions"] if r["verdict"] != UNCLEAR]
+    ranges: list[list] = []
+    if definite and definite[0]["verdict"] == PAYS:
+        ranges.append([1, None])
+    for c in cross.get("crossings") or []:
+        edge = max(1, math.ceil(c["concurrency"] - 1e-9))
+        if c["direction"] == STOPS and ranges and ranges[-1][1] is None:
+            ranges[-1][1] = max(edge, ranges[-1][0] + 1)
+        elif c["direction"] == STARTS:
+            ranges.append([edge, None])
+    del c_min
+    return ranges
+
+
+def _default_row(rows: list, bs: int) -> list[int]:
+    row = rows[0][1]
+    for key, steps in rows:
+        if bs >= key:
+            row = steps
+    return row
+
+
+def adaptive_table_for(ranges: list[list], measured_max: float | None = None, base: dict | None = None) -> dict:
+    """A --speculative-adaptive-config table (batch size -> candidate steps) that speculates in ``ranges``.
+
+    Inside a range SGLang's default rows that can speculate are kept (its adaptive logic still
+    picks the step count from the acceptance it sees) and the range's first batch size gets the
+    default's row there (with 0 taken out, so speculation is on); outside every range one row
+    ``[0]`` (plain decode) turns it off. Beyond the measured levels an open range keeps the
+    default's rows as they are (nothing was measured there).
     """
     base = dict(base or SGLANG_DEFAULT_ADAPTIVE)
     rows = sorted((int(k), [int(s) for s in v]) for k, v in base.items())
-    if off_from is not None:
-        off_from = max(1, int(off_from))
-        kept = [(bs, steps) for bs, steps in rows if bs < off_from and any(s > 0 for s in steps)]
-        table = {str(bs): steps for bs, steps in kept}
-        table[str(off_from)] = [0]
-    else:
-        table = {
-            str(bs): steps
-            for bs, steps in rows
-            if not (measured_max is not None and bs <= measured_max and not any(s > 0 for s in steps))
-        }
-    if "1" not in table:
-        first = rows[0][1] if rows and any(s > 0 for s in rows[0][1]) else [1, 3, 5, 7]
-        table["1"] = first
-    return dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+    table: dict[int, list[int]] = {}
+    if not ranges:
+        return {"1": [0]}
+    if ranges[0][0] > 1:
+        table[1] = [0]
+    for start, below in ranges:
+        first = [s for s in _default_row(rows, start) if s > 0] or [1]
+        table[start] = first
+        for bs, steps in rows:
+            if bs <= start or (below is not None and bs >= below):
+                continue
+            beyond = below is None and measured_max is not None and bs > measured_max
+            if beyond or any(s > 0 for s in steps):
+                table[bs] = steps
+        if below is not None:
+            table[below] = [0]
+    return {str(bs): steps for bs, steps in sorted(table.items())}
+
+
+def adaptive_table(off_from: int | None, measured_max: float | None = None, base: dict | None = None) -> dict:
+    """The table for one range: speculate below ``off_from`` (None: at every level measured)."""
+    return adaptive_table_for([[1, None if off_from is None else max(1, int(off_from))]], measured_max, base)
 
 
 def sglang_adaptive_config(table: dict) -> dict:
@@ -405,28 +593,47 @@ def sglang_adaptive_config(table: dict) -> dict:
     return {bs: {"candidate_steps": list(steps)} for bs, steps in table.items()}
 
 
+def _ranges_words(ranges: list[list]) -> str:
+    """[[1, 3], [30, None]] -> "below 3 and again from 30"."""
+    words = []
+    for start, below in ranges:
+        if start <= 1:
+            words.append("at every concurrency" if below is None else f"below {below}")
+        else:
+            words.append(f"from {start}" if below is None else f"from {start} to below {below}")
+    return " and again ".join(words)
+
+
 def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) -> dict:
-    """The advice: speculate below concurrency N, and the adaptive table that does it."""
+    """The advice from the regions: where to speculate, and the adaptive table that does it."""
     status = cross["status"]
     c_max = max(levels_measured) if levels_measured else None
     c_min = min(levels_measured) if levels_measured else None
+    ranges = speculate_ranges(cross, c_min)
+    below = ranges[0][1] if status == "crosses" and ranges else None
+    table = None
     if status == "crosses":
-        below = max(1, math.ceil(cross["concurrency"] - 1e-9))
-        table = adaptive_table(below)
+        table = adaptive_table_for(ranges, c_max)
         text = (
             f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
             f"speculation. Crossover {fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})."
         )
         gap = cross.get("bracket") or [None, None]
-        if gap[0] and gap[1] and gap[1] / gap[0] > 1.5 and gap[1] - gap[0] > 1:
+        lo, hi = (cross.get("ci95") or [None, None])
+        if gap[0] and gap[1] and gap[1] / gap[0] > 1.5 and (lo is None or hi is None or hi / lo > 1.3):
             text += (
-                f" The interval covers measurement noise, not the interpolation between C={gap[0]:g} and "
-                f"C={gap[1]:g}: add levels in between to pin it down."
+                f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+                "(compare_refine: true) to pin it down."
             )
+    elif status == "multiple":
+        table = adaptive_table_for(ranges, c_max)
+        where = _ranges_words(ranges) if ranges else "nowhere"
+        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
+                f"changes more than once ({len(cross.get('crossings') or [])} crossings). SGLang's adaptive config "
+                "below turns speculation off and on again by batch size.")
     elif status == "never_pays":
-        below = int(c_min) if c_min and c_min > 1 else 1
-        table = adaptive_table(below)
-        if below <= 1:
+        table = adaptive_table_for([])
+        if c_min is not None and c_min <= 1:
             text = (
                 f"Do not speculate: {spec_mode} is slower than the baseline at every level measured, "
                 f"from C={c_min:g}. Serve the baseline mode."
@@ -437,18 +644,20 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) ->
                 f"Below C={c_min:g} nothing was measured: add lower levels to find out."
             )
     elif status == "pays_everywhere":
-        below = None
-        table = adaptive_table(None, c_max)
+        table = adaptive_table_for(ranges, c_max)
         text = (
             f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: the crossover lies above. "
             "Add higher levels to find where it stops paying."
         )
+    elif status == "unclear":
+        text = ("No recommendation yet: at every level the speedup's interval straddles 1. Measure again with "
+                "compare_launches: 2 or more, or longer windows.")
     else:
-        below, table = None, None
         text = "No recommendation: no level has both modes measured."
     return {
         "text": text,
         "speculate_below": below,
+        "speculate_ranges": ranges,
         "adaptive_table": table,
         "adaptive_config": sglang_adaptive_config(table) if table else None,
     }
@@ -718,8 +927,11 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "crossover_ci95_text": cross.get("ci95_text"),
         "crossover_bracket": cross["bracket"],
         "crossover_text": cross["text"],
+        "regions": cross["regions"],
+        "crossings": cross["crossings"],
         "recommendation": rec["text"],
         "speculate_below": rec["speculate_below"],
+        "speculate_ranges": rec["speculate_ranges"],
         "adaptive_table": rec["adaptive_table"],
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
@@ -734,13 +946,7 @@ def verdict(speedup, ci, base_level, spec_level) -> str:
         if missing:
             return f"not measured in {' and '.join(missing)}"
         return "failed"
-    if ci is None:
-        return "pays" if speedup >= 1 else "loses"
-    if ci[0] > 1:
-        return "pays"
-    if ci[1] < 1:
-        return "loses"
-    return "unclear"
+    return level_verdict(speedup, ci)
 
 
 def tracking(results: dict, baseline: str, fixed: str, adaptive: str) -> dict | None:
@@ -843,8 +1049,11 @@ def summarize_host(
         "crossover_ci95_text",
         "crossover_bracket",
         "crossover_text",
+        "regions",
+        "crossings",
         "recommendation",
         "speculate_below",
+        "speculate_ranges",
         "adaptive_table",
         "adaptive_config",
         "notes",
@@ -906,6 +1115,7 @@ def compact(summary: dict) -> dict:
         "crossover_status": summary.get("crossover_status"),
         "crossover_concurrency": summary.get("crossover_concurrency"),
         "crossover_ci95": summary.get("crossover_ci95"),
+        "regions": summary.get("regions"),
         "recommendation": summary.get("recommendation"),
         "speculate_below": summary.get("speculate_below"),
         "adaptive_config": summary.get("adaptive_config"),

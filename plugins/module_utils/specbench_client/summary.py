@@ -9,9 +9,12 @@ from __future__ import annotations
 from array import array
 
 from .settings import parse_base_url
-from .stats import mean_ci95, summary
+from .stats import ess_mean_ci95, mean_ci95, summary
 
 FINE_BINS_PER_BATCH = 50
+# One window holds at most window / request duration independent stretches (a closed loop's
+# requests start and end in cohorts), but never fewer than this many are assumed.
+MIN_EFFECTIVE_STRETCHES = 5
 
 BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
 READ_LAG_LIMIT_S = 0.010  # reads this far behind the data's arrival, on average: the client lags
@@ -64,7 +67,34 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
     raw["window_end"] = ws + window
     per = usable // batches
     rates = [sum(window_bins[i * per:(i + 1) * per]) / (per * bin_w) for i in range(batches)]
+    raw["window_fine"] = [b / bin_w for b in window_bins]
     return sum(window_bins) / window, rates, window
+
+
+def single_window_ci(raws: list[dict], batch_rates: list[float], window: float) -> tuple[list[float] | None, str]:
+    """The 95 % interval of one window's rate, valid for autocorrelated samples, and its method.
+
+    The wider of (a) batch means over the window's batches and (b) the fine bins' mean with an
+    effective-sample-size correction: n_eff = bins / tau (Geyer's initial positive sequence),
+    capped at window / mean request duration (at least MIN_EFFECTIVE_STRETCHES), since rates a
+    request duration apart share most of their requests.
+    """
+    fine = next((r.get("window_fine") for r in raws if r.get("window_fine")), None) or []
+    e2e = [v for r in raws for v in r["e2e"]]
+    duration = sum(e2e) / len(e2e) if e2e else None
+    stretches = window / duration if duration else None
+    cap = max(MIN_EFFECTIVE_STRETCHES, stretches) if stretches else None
+    batch_ci = mean_ci95(batch_rates)[1]
+    unused, ess_ci, n_eff = ess_mean_ci95(fine, cap) if len(fine) >= 4 else (None, None, 0.0)
+    cands = [c for c in (batch_ci, ess_ci) if c]
+    if not cands:
+        return None, None
+    ci = max(cands, key=lambda c: c[1] - c[0])
+    which = "effective sample size" if ci is ess_ci else "batch means"
+    method = (f"{which} (the wider of batch means over {len(batch_rates)} batches of {window / max(1, len(batch_rates)):.3g} s "
+              f"and an effective-sample-size t-interval over {len(fine)} bins, n_eff {n_eff:.1f}"
+              + (f", capped at window / request duration {stretches:.1f}" if stretches else "") + ")")
+    return ci, method
 
 
 def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
@@ -104,8 +134,7 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         mean, ci = mean_ci95(rates)
         method = f"t-interval over {len(rates)} repeats"
     elif rates:
-        mean, ci = rates[0], mean_ci95(batch_rates)[1]
-        method = f"batch means, {len(batch_rates)} batches of {windows[0] / len(batch_rates):.3g} s"
+        mean, ci, method = rates[0], *single_window_ci(raws, batch_rates, windows[0])
     else:
         mean, ci, method = None, None, None
     level["output_tok_per_s"] = round(mean, 3) if mean is not None else None
@@ -179,6 +208,11 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     if server_rate and mean and abs(mean / server_rate - 1) > 0.1:
         warnings.append(f"the server counted {server_rate:.1f} generated tok/s in the window, the client "
                         f"{mean:.1f}: other clients on the server, or a client bottleneck")
+    e2e_mean = level["e2e_ms"]["mean"] / 1000.0 if level["e2e_ms"] else None
+    if len(windows) == 1 and e2e_mean and windows[0] / e2e_mean < MIN_EFFECTIVE_STRETCHES:
+        warnings.append(f"the window ({windows[0]:.3g} s) covers only {windows[0] / e2e_mean:.1f} request durations "
+                        f"({e2e_mean:.3g} s each): its interval cannot see slower swings; lengthen the window or "
+                        "measure across launches (compare_launches)")
     if level["requests_short"]:
         warnings.append(f"{level['requests_short']} requests returned a different number of tokens than they "
                         "asked for (does the server honour max_tokens and ignore_eos?)")
