@@ -29,18 +29,27 @@ per-stream speed is throughput / running requests, so its window-to-window noise
 throughput's). ``tpot_speedup`` is baseline TPOT / speculative TPOT, so above 1 always
 means speculation is better.
 
-The crossover (where speculation stops paying) is the first level at which the speedup
-drops below 1, interpolated linearly in the speedup against log(concurrency) between that
-level and the one before it (as the emulator's ``model.crossover`` does). Its interval is
-where the lower and the upper ends of the speedup intervals cross 1, by the same rule:
-the lower curve crosses first (the interval's low end), the upper curve last (its high
-end); an end that does not cross within the measured levels is open (``None``) and said
-so in words. Speedup >= 1 at every level is "pays at every level"; below 1 from the first
-level is "never pays"; neither is given a number.
+The verdict reads the whole series. Each level pays (speedup interval above 1), loses (below
+1) or is unclear (across 1). An unclear run of levels takes the verdict of its neighbours
+when they agree or when it sits at either end (one noisy level never flips a verdict on its
+own); between a paying and a losing run it stays unclear (the change lies in it). Runs of one
+verdict are the ``regions``; status is crosses (pays, then loses), multiple (the verdict
+changes more than once, or starts out losing), never_pays, pays_everywhere, unclear or
+unknown. Each change is a crossing, interpolated linearly in the speedup against
+log(concurrency); its 95% interval is a seeded parametric bootstrap: every level's log
+speedup drawn from a normal with its interval's standard error, the crossing found again by
+the same rule in each draw, the 2.5th and 97.5th percentiles kept (an end is open, None, when
+more than 2.5% of the draws find no crossing on that side). ``crossover_concurrency`` is where
+the lowest-concurrency paying region ends. The advice and SGLang's adaptive table follow the
+regions: speculation on in every paying range, off (``[0]``) elsewhere.
+
+Several runs of one mode (``<mode>@<tag>.json``: compare_launches, refinement rounds) are
+pooled per level (``pool_runs``); ``refine_plan`` picks the next refinement round.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
 
@@ -60,6 +69,14 @@ ARGUMENT_SPEC = {
     "plots": {"type": "bool", "default": True},
     "dpi": {"type": "int", "default": 100},
     "index": {"type": "bool", "default": True},
+    "refine": {
+        "type": "dict",
+        "options": {
+            "ratio": {"type": "float", "default": 1.3},
+            "budget_s": {"type": "float"},
+            "max_levels": {"type": "int", "default": 4},
+        },
+    },
 }
 
 CI_METHOD = (
@@ -67,10 +84,11 @@ CI_METHOD = (
     "half-width w = (ln hi - ln lo)/2; the ratio's interval is ratio * exp(+-sqrt(w_spec^2 + w_base^2))"
 )
 CROSSOVER_METHOD = (
-    "first level where the speedup drops below 1, interpolated linearly in speedup against log(concurrency) "
-    "from the level before; the 95% interval is where the speedup interval's lower and upper ends cross 1, "
-    "by the same rule (it covers measurement noise; the two levels around the crossover bound what the "
-    "interpolation can know)"
+    "each level pays (speedup interval above 1), loses (below 1) or is unclear; unclear levels take the verdict of "
+    "their neighbours unless they lie between a paying and a losing level; contiguous levels with one verdict form "
+    "a region; each change of region is a crossing, interpolated linearly in speedup against log(concurrency); its "
+    "95% interval is a seeded parametric bootstrap (2000 draws of every level's log speedup from its interval) "
+    "through the same interpolation; crossover_concurrency is where the lowest-concurrency paying region ends"
 )
 BORROWED_NOTE = "interval borrowed from the throughput interval's relative width (the client gave none)"
 
@@ -909,6 +927,8 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["tpot_speedup"] = _rnd(tpot[0])
         row["tpot_speedup_ci95"] = _rnd_pair(tpot[1])
         row["verdict"] = verdict(row["speedup"], row["speedup_ci95"], bl, sl)
+        row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
+        row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
@@ -1125,4 +1145,185 @@ def compact(summary: dict) -> dict:
             {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
             for lv in summary.get("levels") or []
         ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Several runs of one mode (compare_launches, refinement rounds): pooled levels
+# ---------------------------------------------------------------------------------------------
+POOLED_METHOD = (
+    "pooled over {k} launches: the mean of the launch means; standard error sqrt((s_between^2 + mean within-launch "
+    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-1.96 se"
+)
+RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
+
+
+def split_run_name(stem: str) -> tuple[str, str | None]:
+    """'eagle3@refine2' -> ('eagle3', 'refine2'); 'eagle3' -> ('eagle3', None)."""
+    mode, sep, tag = stem.partition(RUN_TAG)
+    return (mode, tag) if sep and tag else (stem, None)
+
+
+def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
+    """One results dict for a mode measured in several runs: ``runs`` is [(tag, results), ...].
+
+    The first run gives the settings and server; levels measured in more than one run are pooled
+    (``POOLED_METHOD``), each level notes its ``launches`` and whether it was ``refined`` (first
+    measured in a refinement round), and ``runs`` lists the runs (tag, path, levels, seconds).
+    """
+    if len(runs) == 1 and runs[0][0] is None:
+        return runs[0][1]
+    ordered = sorted(runs, key=lambda tr: (tr[0] is not None, tr[0] or ""))
+    base = dict(ordered[0][1])
+    by_conc: dict[int, list] = {}
+    listing = []
+    for tag, result in ordered:
+        listing.append({"tag": tag, "path": result.get("_path"), "status": result.get("status"),
+                        "levels": [lv.get("concurrency") for lv in result.get("levels") or [] if isinstance(lv, dict)],
+                        "seconds": run_seconds(result)})
+        for level in result.get("levels") or []:
+            if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+                by_conc.setdefault(level["concurrency"], []).append((tag, level))
+    levels = []
+    for conc in sorted(by_conc):
+        entries = by_conc[conc]
+        pooled = pool_level([lv for unused, lv in entries])
+        pooled["launches"] = len(entries)
+        pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
+        levels.append(pooled)
+    base["levels"] = levels
+    base["runs"] = listing
+    statuses = [r.get("status") for unused, r in ordered]
+    base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
+    base["error"] = next((r.get("error") for unused, r in ordered if r.get("error")), None)
+    return base
+
+
+def pool_level(levels: list[dict]) -> dict:
+    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``)."""
+    if len(levels) == 1:
+        return dict(levels[0])
+    usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
+    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    out = dict(levels[-1])
+    if not usable:
+        return out
+    k = len(usable)
+    xs = [x for unused, x, unused_ci in usable]
+    mean = math.fsum(xs) / k
+    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
+    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
+    within_mean = math.fsum(within) / len(within) if within else 0.0
+    se = math.sqrt((between + within_mean) / k)
+    out["output_tok_per_s"] = round(mean, 3)
+    out["output_tok_per_s_ci95"] = [round(max(0.0, mean - Z975 * se), 3), round(mean + Z975 * se, 3)] if se > 0 else None
+    out["ci_method"] = POOLED_METHOD.format(k=k)
+    out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
+    # comparison borrows the throughput's relative width for them).
+    for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
+        stats = [lv.get(key) for lv, unused_x, unused_ci in usable if isinstance(lv.get(key), dict)]
+        if stats:
+            merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
+                      for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
+            out[key] = merged
+    accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
+    accepts = [a for a in accepts if a is not None]
+    out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None
+    out["requests_ok"] = sum(lv.get("requests_ok") or 0 for lv, unused_x, unused_ci in usable)
+    out["requests_failed"] = sum(lv.get("requests_failed") or 0 for lv in levels)
+    return out
+
+
+def run_seconds(result: dict) -> float | None:
+    """Wall seconds a run's sweep took (from its started_at / finished_at), or None."""
+    try:
+        start = datetime.datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(str(result.get("finished_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+# ---------------------------------------------------------------------------------------------
+# Refinement around the crossing
+# ---------------------------------------------------------------------------------------------
+REFINE_MIN_STEP = 1.08  # a bracket narrower than this (hi/lo) has no level worth adding inside
+
+
+def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = None, spent_s: float = 0.0,
+                level_cost_s: float = 0.0, launch_cost_s: float = 0.0, max_new: int = 4, modes: int = 2) -> dict:
+    """The next refinement round for one comparison (a compare_pair / summary dict).
+
+    For every crossing whose 95% interval is open or wider than ``ratio`` (hi/lo), the geometric
+    midpoint of its bracket (rounded, not yet measured); every ``unclear`` level in a region between
+    a paying and a losing one is measured again. Both modes at each level, one launch per mode.
+    Done when nothing is left to refine, when the levels added so far reach ``max_new``, or when
+    the round's estimated cost (``modes`` x (``launch_cost_s`` + levels x ``level_cost_s``)) would
+    overrun ``budget_s`` after ``spent_s``.
+    """
+    crossings = comparison.get("crossings") or []
+    levels = comparison.get("levels") or []
+    measured = sorted({int(lv["concurrency"]) for lv in levels if lv.get("speedup") is not None})
+    refined = sum(1 for lv in levels if (lv.get("refined") or False))
+    new, repeat, why = [], [], []
+    for cross in crossings:
+        lo, hi = (cross.get("ci95") or [None, None])
+        width = (hi / lo) if lo and hi else math.inf
+        if width < ratio:
+            continue
+        a, b = cross["bracket"]
+        if b / a < REFINE_MIN_STEP * REFINE_MIN_STEP:
+            why.append(f"the bracket C={a:g} to {b:g} has no whole level inside")
+            continue
+        mid = int(round(math.sqrt(a * b)))
+        if a < mid < b and mid not in measured and mid not in new:
+            new.append(mid)
+            why.append(f"C={mid}: geometric midpoint of C={a:g} and {b:g} ({cross['direction']}, "
+                       f"interval {cross.get('ci95_text')}, hi/lo {'open' if math.isinf(width) else f'{width:.2f}'})")
+    for reg in comparison.get("regions") or []:
+        if reg["verdict"] == UNCLEAR:
+            for lv in levels:
+                conc = lv.get("concurrency")
+                if reg["from_concurrency"] <= conc <= reg["to_concurrency"] and conc not in repeat:
+                    repeat.append(int(conc))
+                    why.append(f"C={conc}: unclear between a paying and a losing level, measured again")
+    widths = []
+    for cross in crossings:
+        lo, hi = (cross.get("ci95") or [None, None])
+        widths.append(None if not (lo and hi) else round(hi / lo, 3))
+    todo = sorted(set(new) | set(repeat))
+    room = max(0, max_new - refined)
+    if len(new) > room:
+        new = new[:room]
+        todo = sorted(set(new) | set(repeat))
+    cost = modes * (launch_cost_s + len(todo) * level_cost_s) if todo else 0.0
+    done, reason = False, ""
+    if not crossings:
+        done, reason = True, f"no crossing to refine ({comparison.get('crossover_status')})"
+    elif not todo:
+        done = True
+        if all(w is not None and w < ratio for w in widths):
+            reason = f"every crossing's interval is within hi/lo {ratio:g}"
+        else:
+            reason = "nothing left to measure inside the brackets" + (f" (at most {max_new} added levels)" if room == 0 else "")
+    elif budget_s is not None and spent_s + cost > budget_s:
+        done, reason = True, (f"the next round (~{cost:.0f} s) would overrun compare_refine_budget_s={budget_s:g} "
+                              f"({spent_s:.0f} s spent)")
+    return {
+        "done": done,
+        "reason": reason,
+        "levels": [] if done else todo,
+        "new": [] if done else sorted(new),
+        "repeat": [] if done else sorted(repeat),
+        "why": why,
+        "widths": widths,
+        "ratio": ratio,
+        "cost_s": 0.0 if done else round(cost, 1),
+        "launches": 0 if done else modes,
+        "spent_s": round(spent_s, 1),
+        "text": (f"refinement done: {reason}" if done else
+                 f"refine: measure C={', '.join(map(str, todo))} in {modes} modes ({modes} launches, about {cost:.0f} s: "
+                 f"{len(todo)} level(s) x {level_cost_s:.0f} s warmup + window, + {launch_cost_s:.0f} s per launch); "
+                 + "; ".join(why)),
     }
