@@ -21,6 +21,12 @@ compute and KV-read time once the batch is large enough to be compute-bound.
   own iteration (no mixed batches) and yields each request's first token.
 * Admission: at most ``max_running_requests`` run at once and their prompt plus output
   tokens must fit the KV pool; others queue.
+* Mixture of experts (profiles with ``moe_experts``): a pass streams the dense weights plus the
+  experts its tokens touch, E(n) = N (1 - (1 - k/N)^n), so verifying b * d draft tokens reads
+  more experts than decoding b tokens until both touch nearly all of them.
+* --speculative-adaptive: the step count comes from the table row for the running batch and the
+  per-draft acceptance the server has observed (``AdaptiveState``), never from these costs, so
+  a wrong table makes the adaptive mode wrong, as it would make SGLang's.
 
 ``steady_state`` gives the closed-loop output throughput at concurrency ``C`` that the
 scheduler converges to, for tests and benchmarks to hold measurements against.

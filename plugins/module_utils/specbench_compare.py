@@ -567,15 +567,25 @@ def _default_row(rows: list, bs: int) -> list[int]:
     return row
 
 
-def adaptive_table_for(ranges: list[list], measured_max: float | None = None, base: dict | None = None) -> dict:
+def adaptive_table_for(ranges: list[list], measured_max: float | None = None, base: dict | None = None,
+                       max_steps: int | None = None) -> dict:
     """A --speculative-adaptive-config table (batch size -> candidate steps) that speculates in ``ranges``.
 
     Inside a range SGLang's default rows that can speculate are kept (its adaptive logic still
     picks the step count from the acceptance it sees) and the range's first batch size gets the
     default's row there (with 0 taken out, so speculation is on); outside every range one row
     ``[0]`` (plain decode) turns it off. Beyond the measured levels an open range keeps the
-    default's rows as they are (nothing was measured there).
+    default's rows as they are (nothing was measured there). With ``max_steps`` (the draft steps
+    of the speculative mode measured) no row inside a measured range offers more steps than that:
+    the measurement says speculating with that many pays, not with more.
     """
+
+    def capped(steps: list[int]) -> list[int]:
+        if max_steps is None:
+            return steps
+        kept = [s for s in steps if s <= max_steps]
+        return kept if any(s > 0 for s in kept) else sorted({s for s in kept if s == 0} | {max_steps})
+
     base = dict(base or SGLANG_DEFAULT_ADAPTIVE)
     rows = sorted((int(k), [int(s) for s in v]) for k, v in base.items())
     table: dict[int, list[int]] = {}
@@ -584,14 +594,16 @@ def adaptive_table_for(ranges: list[list], measured_max: float | None = None, ba
     if ranges[0][0] > 1:
         table[1] = [0]
     for start, below in ranges:
-        first = [s for s in _default_row(rows, start) if s > 0] or [1]
+        first = [s for s in capped(_default_row(rows, start)) if s > 0] or [1]
         table[start] = first
         for bs, steps in rows:
             if bs <= start or (below is not None and bs >= below):
                 continue
             beyond = below is None and measured_max is not None and bs > measured_max
-            if beyond or any(s > 0 for s in steps):
+            if beyond:
                 table[bs] = steps
+            elif any(s > 0 for s in steps):
+                table[bs] = capped(steps)
         if below is not None:
             table[below] = [0]
     return {str(bs): steps for bs, steps in sorted(table.items())}
@@ -622,8 +634,9 @@ def _ranges_words(ranges: list[list]) -> str:
     return " and again ".join(words)
 
 
-def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) -> dict:
-    """The advice from the regions: where to speculate, and the adaptive table that does it."""
+def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
+    """The advice from the regions: where to speculate, and the adaptive table that does it
+    (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``)."""
     status = cross["status"]
     c_max = max(levels_measured) if levels_measured else None
     c_min = min(levels_measured) if levels_measured else None
@@ -631,7 +644,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) ->
     below = ranges[0][1] if status == "crosses" and ranges else None
     table = None
     if status == "crosses":
-        table = adaptive_table_for(ranges, c_max)
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
         text = (
             f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
             f"speculation. Crossover {fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})."
@@ -644,7 +657,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) ->
                 "(compare_refine: true) to pin it down."
             )
     elif status == "multiple":
-        table = adaptive_table_for(ranges, c_max)
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
         where = _ranges_words(ranges) if ranges else "nowhere"
         text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
                 f"changes more than once ({len(cross.get('crossings') or [])} crossings). SGLang's adaptive config "
@@ -662,7 +675,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) ->
                 f"Below C={c_min:g} nothing was measured: add lower levels to find out."
             )
     elif status == "pays_everywhere":
-        table = adaptive_table_for(ranges, c_max)
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
         text = (
             f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: the crossover lies above. "
             "Add higher levels to find where it stops paying."
@@ -934,7 +947,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         rows.append(row)
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None]
-    rec = recommendation(cross, spec_mode, measured)
+    rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
     if borrowed:
         notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
@@ -957,6 +970,17 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "notes": notes,
         "levels": rows,
     }
+
+
+def draft_steps(result: dict | None) -> int | None:
+    """The draft steps a speculative mode ran with (its server's resolved arguments), or None."""
+    if not result:
+        return None
+    for source in (_server_info(result), _server(result).get("settings") or {}):
+        value = source.get("speculative_num_steps") if isinstance(source, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def verdict(speedup, ci, base_level, spec_level) -> str:

@@ -6,14 +6,16 @@ the client's own load, and the warnings that make figures suspect.
 """
 from __future__ import annotations
 
+import math
 from array import array
 
 from .settings import parse_base_url
 from .stats import ess_mean_ci95, mean_ci95, summary
 
 FINE_BINS_PER_BATCH = 50
-# One window holds at most window / request duration independent stretches (a closed loop's
-# requests start and end in cohorts), but never fewer than this many are assumed.
+# Bins of the effective-sample-size interval per window.
+ESS_BINS = 50
+# Batches tied to the request duration: at least this many per window (a shorter window is flagged).
 MIN_EFFECTIVE_STRETCHES = 5
 
 BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
@@ -74,26 +76,43 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
 def single_window_ci(raws: list[dict], batch_rates: list[float], window: float) -> tuple[list[float] | None, str]:
     """The 95 % interval of one window's rate, valid for autocorrelated samples, and its method.
 
-    The wider of (a) batch means over the window's batches and (b) the fine bins' mean with an
-    effective-sample-size correction: n_eff = bins / tau (Geyer's initial positive sequence),
-    capped at window / mean request duration (at least MIN_EFFECTIVE_STRETCHES), since rates a
-    request duration apart share most of their requests.
+    The widest of (a) batch means over the window's batches, (b) batch means over batches at
+    least one mean request duration long (rates less than a request apart share most of their
+    requests; at least MIN_EFFECTIVE_STRETCHES batches, the window permitting) and (c) the fine
+    bins' mean with an effective-sample-size correction (n_eff = bins / tau, Geyer's initial
+    positive sequence) over ESS_BINS bins.
     """
     fine = next((r.get("window_fine") for r in raws if r.get("window_fine")), None) or []
     e2e = [v for r in raws for v in r["e2e"]]
     duration = sum(e2e) / len(e2e) if e2e else None
     stretches = window / duration if duration else None
-    cap = max(MIN_EFFECTIVE_STRETCHES, stretches) if stretches else None
     batch_ci = mean_ci95(batch_rates)[1]
-    unused, ess_ci, n_eff = ess_mean_ci95(fine, cap) if len(fine) >= 4 else (None, None, 0.0)
-    cands = [c for c in (batch_ci, ess_ci) if c]
-    if not cands:
+    tied_ci, n_tied = None, 0
+    if fine and stretches is not None:
+        n_tied = max(MIN_EFFECTIVE_STRETCHES, min(len(batch_rates) or 10, int(stretches)))
+        per = len(fine) // n_tied
+        if per >= 1:
+            tied = [sum(fine[i * per:(i + 1) * per]) / per for i in range(n_tied)]
+            tied_ci = mean_ci95(tied)[1]
+    ess_ci, n_eff = None, 0.0
+    # The fine bins grouped into at most ESS_BINS bins of at least 4 inter-token latencies (a few
+    # decode steps): the steps' bursts of tokens do not pass for noise, the autocorrelation shows.
+    itl = [v for r in raws for v in r["itl"]]
+    step = sum(itl) / len(itl) if itl else 0.0
+    group = max(1, len(fine) // ESS_BINS, int(math.ceil(4 * step * len(fine) / window)) if window > 0 else 1)
+    coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
+    if len(coarse) >= 4:
+        unused, ess_ci, n_eff = ess_mean_ci95(coarse)
+    named = [("batch means", batch_ci), ("request-length batches", tied_ci), ("effective sample size", ess_ci)]
+    named = [(n, c) for n, c in named if c]
+    if not named:
         return None, None
-    ci = max(cands, key=lambda c: c[1] - c[0])
-    which = "effective sample size" if ci is ess_ci else "batch means"
-    method = (f"{which} (the wider of batch means over {len(batch_rates)} batches of {window / max(1, len(batch_rates)):.3g} s "
-              f"and an effective-sample-size t-interval over {len(fine)} bins, n_eff {n_eff:.1f}"
-              + (f", capped at window / request duration {stretches:.1f}" if stretches else "") + ")")
+    which, ci = max(named, key=lambda nc: nc[1][1] - nc[1][0])
+    method = (f"{which}, the widest of: batch means over {len(batch_rates)} batches of "
+              f"{window / max(1, len(batch_rates)):.3g} s"
+              + (f"; {n_tied} batches of {window / n_tied:.3g} s, tied to the request duration "
+                 f"({duration:.3g} s)" if tied_ci else "")
+              + f"; an effective-sample-size t-interval over {len(coarse)} bins (n_eff {n_eff:.1f})")
     return ci, method
 
 
