@@ -14,8 +14,8 @@ strategies). Two strategies, each to a crossover whose 95% interval has hi/lo <=
 Prints wall seconds, levels measured per mode and the interval each strategy reached. These
 are emulator figures: the emulator's time scale and a loaded machine set them, not a GPU.
 
-Run: .venv/bin/python benchmarks/refine_time_to_crossover.py [--start 20,100] [--ratio 1.3]
-     [--time-scale 8] [--warmup-s 1] [--window-s 3]
+Run: .venv/bin/python benchmarks/refine_time_to_crossover.py [--start 20,80] [--ratio 1.3]
+     [--time-scale 3] [--warmup-s 1] [--window-s 4]
 Only processes this script started are signalled (the emulator's own process group and the
 holders of its scratch device folder).
 """
@@ -116,12 +116,12 @@ def fixed(tmp: Path, args) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
-    p.add_argument("--start", default="20,100", help="the two starting levels (default %(default)s)")
+    p.add_argument("--start", default="20,80", help="the two starting levels (default %(default)s)")
     p.add_argument("--ratio", type=float, default=1.3, help="target hi/lo of the crossover interval")
-    p.add_argument("--time-scale", type=float, default=8.0, help="emulator time scale (default %(default)s)")
+    p.add_argument("--time-scale", type=float, default=3.0, help="emulator time scale (default %(default)s)")
     p.add_argument("--length", type=int, default=32, help="input and output tokens (default %(default)s)")
     p.add_argument("--warmup-s", type=float, default=1.0)
-    p.add_argument("--window-s", type=float, default=3.0)
+    p.add_argument("--window-s", type=float, default=4.0)
     p.add_argument("--max-rounds", type=int, default=4)
     args = p.parse_args()
     args.start = [int(x) for x in args.start.split(",")]

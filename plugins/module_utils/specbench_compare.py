@@ -1280,8 +1280,8 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
     """The next refinement round for one comparison (a compare_pair / summary dict).
 
     For every crossing whose 95% interval is open or wider than ``ratio`` (hi/lo), the geometric
-    midpoint of its bracket (rounded, not yet measured); every ``unclear`` level in a region between
-    a paying and a losing one is measured again. Both modes at each level, one launch per mode.
+    midpoint of its bracket (rounded, not yet measured); every ``unclear`` level is measured again
+    (its runs pooled), at most ``max_new`` more times. Both modes at each level, one launch per mode.
     Done when nothing is left to refine, when the levels added so far reach ``max_new``, or when
     the round's estimated cost (``modes`` x (``launch_cost_s`` + levels x ``level_cost_s``)) would
     overrun ``budget_s`` after ``spent_s``.
@@ -1305,13 +1305,11 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
             new.append(mid)
             why.append(f"C={mid}: geometric midpoint of C={a:g} and {b:g} ({cross['direction']}, "
                        f"interval {cross.get('ci95_text')}, hi/lo {'open' if math.isinf(width) else f'{width:.2f}'})")
-    for reg in comparison.get("regions") or []:
-        if reg["verdict"] == UNCLEAR:
-            for lv in levels:
-                conc = lv.get("concurrency")
-                if reg["from_concurrency"] <= conc <= reg["to_concurrency"] and conc not in repeat:
-                    repeat.append(int(conc))
-                    why.append(f"C={conc}: unclear between a paying and a losing level, measured again")
+    for lv in levels:
+        conc = lv.get("concurrency")
+        if lv.get("verdict") == UNCLEAR and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
+            repeat.append(int(conc))
+            why.append(f"C={conc}: unclear (speedup {lv.get('speedup')} {lv.get('speedup_ci95')}), measured again")
     widths = []
     for cross in crossings:
         lo, hi = (cross.get("ci95") or [None, None])
@@ -1323,8 +1321,8 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         todo = sorted(set(new) | set(repeat))
     cost = modes * (launch_cost_s + len(todo) * level_cost_s) if todo else 0.0
     done, reason = False, ""
-    if not crossings:
-        done, reason = True, f"no crossing to refine ({comparison.get('crossover_status')})"
+    if not crossings and not todo:
+        done, reason = True, f"no crossing to refine and no unclear level ({comparison.get('crossover_status')})"
     elif not todo:
         done = True
         if all(w is not None and w < ratio for w in widths):
