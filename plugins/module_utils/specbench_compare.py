@@ -1289,7 +1289,7 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
     crossings = comparison.get("crossings") or []
     levels = comparison.get("levels") or []
     measured = sorted({int(lv["concurrency"]) for lv in levels if lv.get("speedup") is not None})
-    refined = sum(1 for lv in levels if (lv.get("refined") or False))
+    refined = sum(1 for lv in levels if lv.get("refined"))
     new, repeat, why = [], [], []
     for cross in crossings:
         lo, hi = (cross.get("ci95") or [None, None])

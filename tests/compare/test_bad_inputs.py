@@ -31,7 +31,7 @@ def test_bad_values_are_refused_before_anything_runs(tmp_path, extravars, expect
     run = run_playbook(tmp_path, "playbooks/compare.yml", inventory({"node-a": node_vars(node, free_port())}),
                        extravars={"results_dir": str(results), "run_id": "bad", **extravars}, timeout=120)
     assert run.rc != 0
-    messages = " ".join(m for _, _, m in run.failures())
+    messages = " ".join(m for _unused1, _unused2, m in run.failures())
     flat = " ".join(messages.split())
     assert " ".join(expected.split()) in flat, messages
     # Nothing ran: no teardown, no launch, no results, nothing on the node.

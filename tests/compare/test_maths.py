@@ -45,11 +45,11 @@ def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time():
     rng = random.Random(7)
     true_num, true_den, rel_se = 120.0, 100.0, 0.03
     trials, hits = 4000, 0
-    for _ in range(trials):
+    for _unused1 in range(trials):
         num = rng.gauss(true_num, true_num * rel_se)
         den = rng.gauss(true_den, true_den * rel_se)
         half_n, half_d = 1.96 * true_num * rel_se, 1.96 * true_den * rel_se
-        _, ci = cmp.ratio_ci(num, [num - half_n, num + half_n], den, [den - half_d, den + half_d])
+        _unused1, ci = cmp.ratio_ci(num, [num - half_n, num + half_n], den, [den - half_d, den + half_d])
         hits += ci[0] <= true_num / true_den <= ci[1]
     assert 0.93 <= hits / trials <= 0.97
 
@@ -102,7 +102,7 @@ def test_the_noisy_first_level_does_not_flip_the_verdict_the_crossover_lies_betw
     assert cross["bracket"] == [10.0, 30.0]
     assert [(r["from_concurrency"], r["to_concurrency"], r["verdict"]) for r in cross["regions"]] == [
         (1, 10, "pays"), (30, 70, "loses")]
-    lo, hi = cross["ci95"]
+    lo, hi = cross["ci95"][0], cross["ci95"][1]
     assert 10 < lo < cross["concurrency"] < hi < 30
     assert any("C=1" in n and "unclear" in n for n in cross["notes"])
     rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
@@ -127,6 +127,7 @@ def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concur
     table = {int(k): v for k, v in rec["adaptive_table"].items()}
     assert table[lo_edge] == [0] and any(s > 0 for s in table[hi_edge]) and any(s > 0 for s in table[1])
     # Off at and above lo_edge up to hi_edge, on again from hi_edge: the batch size picks the row.
+
     def row(bs):
         return table[max(k for k in table if k <= bs)]
     assert row(lo_edge + 1) == [0] and row(hi_edge - 1) == [0] and any(s > 0 for s in row(70))
@@ -171,7 +172,7 @@ def test_an_unclear_level_between_paying_and_losing_levels_is_the_transition():
     assert cross["status"] == "crosses"
     assert [r["verdict"] for r in cross["regions"]] == ["pays", "unclear", "loses"]
     assert 2 < cross["concurrency"] < 5  # the point estimates cross between C=2 and C=5
-    lo, hi = cross["ci95"]
+    lo, hi = cross["ci95"][0], cross["ci95"][1]
     assert 1 <= lo and hi <= 10
 
 
@@ -321,12 +322,12 @@ def test_a_level_with_a_wide_interval_is_flagged_as_noisy():
 
 
 def test_a_clean_fair_run_has_no_confounders():
-    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    base, spec, _unused1 = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
     assert cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") == []
 
 
 def test_summary_has_the_fields_awx_and_the_report_rely_on():
-    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    base, spec, _unused1 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run")
     for key in ("crossover_concurrency", "crossover_ci95", "recommendation", "levels", "confounders", "complete",
                 "speculate_below", "adaptive_config", "series", "comparisons"):
@@ -344,7 +345,7 @@ def test_summary_has_the_fields_awx_and_the_report_rely_on():
 
 
 def test_a_missing_mode_or_lost_levels_mark_the_summary_incomplete_but_keep_what_was_measured():
-    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    base, spec, _unused1 = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
     spec["levels"] = spec["levels"][:2]  # crashed before C=100
     spec["error"] = "C=100: the server closed the connection mid-response"
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run", modes=["baseline", "eagle3"])
@@ -366,7 +367,7 @@ def test_the_baseline_must_be_among_the_modes():
 
 
 def test_an_adaptive_mode_is_checked_against_the_better_of_the_two():
-    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    base, spec, _unused1 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
     adaptive = result("eagle3-adaptive", [
         level(lv["concurrency"], max(b["output_tok_per_s"], s["output_tok_per_s"]) * 0.99)
         for lv, b, s in zip(base["levels"], base["levels"], spec["levels"], strict=True)

@@ -113,7 +113,7 @@ def adaptive_run(moe_run, tmp_path_factory):
 def refine_run(tmp_path_factory):
     def build(tmp: Path):
         node = tmp / "node-llama"
-        hosts = {"llama": node_vars(node, free_port(), LLAMA, 3.0, sglang_server_tp_size=1,
+        hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
                                     bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
                                     bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)}
         try:
