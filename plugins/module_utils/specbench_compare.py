@@ -1297,6 +1297,12 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         if width < ratio:
             continue
         a, b = cross["bracket"]
+        # Unclear levels between the regions: the two measured levels around the point estimate.
+        point = cross.get("concurrency")
+        inside = [c for c in measured if a <= c <= b]
+        if point and len(inside) > 2:
+            a = max((c for c in inside if c <= point), default=a)
+            b = min((c for c in inside if c >= point), default=b)
         if b / a < REFINE_MIN_STEP * REFINE_MIN_STEP:
             why.append(f"the bracket C={a:g} to {b:g} has no whole level inside")
             continue
