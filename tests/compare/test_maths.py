@@ -379,3 +379,20 @@ def test_an_adaptive_mode_is_checked_against_the_better_of_the_two():
     assert summary["tracking"]["levels"][0]["better_mode"] == "eagle3"
     assert summary["tracking"]["levels"][1]["better_mode"] == "baseline"
     assert set(summary["comparisons"]) == {"eagle3", "eagle3-adaptive"}
+
+
+def test_launches_are_pooled_so_launch_to_launch_variation_widens_the_interval():
+    first = result("eagle3", [level(10, 1000.0, rel_half=0.01), level(30, 900.0, rel_half=0.01)])
+    second = result("eagle3", [level(10, 1100.0, rel_half=0.01)])
+    refined = result("eagle3", [level(20, 950.0, rel_half=0.01)])
+    pooled = cmp.pool_runs([("launch1", first), ("launch2", second), ("refine1", refined)])
+    by_conc = {lv["concurrency"]: lv for lv in pooled["levels"]}
+    ten = by_conc[10]
+    assert ten["launches"] == 2 and not ten["refined"] and ten["output_tok_per_s"] == 1050.0
+    lo, hi = ten["output_tok_per_s_ci95"]
+    assert lo < 1000.0 and hi > 1100.0  # the two launches disagree by far more than either's interval
+    assert ten["ci_method"].startswith("pooled over 2 launches")
+    assert by_conc[20]["refined"] and by_conc[20]["launches"] == 1
+    assert by_conc[30]["launches"] == 1 and not by_conc[30]["refined"]
+    assert [r["tag"] for r in pooled["runs"]] == ["launch1", "launch2", "refine1"]
+    assert cmp.split_run_name("eagle3@refine2") == ("eagle3", "refine2") and cmp.split_run_name("eagle3") == ("eagle3", None)
