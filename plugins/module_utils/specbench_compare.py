@@ -1327,7 +1327,9 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         todo = sorted(set(new) | set(repeat))
     cost = modes * (launch_cost_s + len(todo) * level_cost_s) if todo else 0.0
     done, reason = False, ""
-    if not crossings and not todo:
+    if crossings and all(w is not None and w < ratio for w in widths):
+        done, reason = True, f"every crossing's interval is within hi/lo {ratio:g}"
+    elif not crossings and not todo:
         done, reason = True, f"no crossing to refine and no unclear level ({comparison.get('crossover_status')})"
     elif not todo:
         done = True
