@@ -86,7 +86,7 @@ def refinement(tmp: Path, args) -> dict:
         measured |= set(levels)
         summary = summarize(runs)
         comp = summary["comparisons"]["eagle3"]
-        plan = cmp.refine_plan(comp, ratio=args.ratio, max_new=args.max_rounds)
+        plan = cmp.refine_plan(comp, ratio=args.ratio, max_new=args.max_rounds, level_cost_s=args.warmup_s + args.window_s)
         print(f"  refinement round {round_no}: C={levels} -> crossover {summary['crossover_concurrency']} "
               f"{summary['crossover_ci95']} (hi/lo {width(summary):.2f}); {plan['text'][:120]}")
         if plan["done"]:
