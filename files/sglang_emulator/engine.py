@@ -89,6 +89,8 @@ class Engine:
         self.metrics = metrics
         self.rng = random.Random(args.emulator_seed)
         self.q_eff = model.q_effective(self.spec.q, self.spec.eagle_topk) if self.spec else None
+        # --speculative-adaptive: the step count follows the acceptance observed, row by row.
+        self.adaptive = model.AdaptiveState(self.spec) if self.spec and self.spec.adaptive_table else None
         self.waiting: collections.deque[Request] = collections.deque()
         self.running: list[Request] = []
         self.kv_used = 0
@@ -189,10 +191,14 @@ class Engine:
             if not self.running:
                 continue
             size = len(self.running)
-            steps = model.step_choice(self.costs, self.spec, size)
+            if self.adaptive:
+                steps = self.adaptive.choose(size)
+            else:
+                steps = model.step_choice(self.costs, self.spec, size)
             cost = model.step_cost(self.costs, self.spec, size, steps)
             next_t = await self._sleep_until(next_t + cost * self.scale)
             self.decode_steps += 1
+            accepted = attempted = 0
             for req in list(self.running):
                 if req.aborted:
                     continue
@@ -202,9 +208,13 @@ class Engine:
                     req.spec_accepted += gained
                     self.spec_tokens += gained
                     self.spec_verify += 1
+                    accepted += gained - 1
+                    attempted += min(gained, steps)
                 else:
                     gained = 1
                 self._emit(req, gained)
+            if self.adaptive and steps:
+                self.adaptive.observe(accepted, attempted)
             if self.decode_steps % self.log_interval == 0:
                 self._log_decode(size, steps)
 

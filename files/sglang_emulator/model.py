@@ -21,6 +21,12 @@ compute and KV-read time once the batch is large enough to be compute-bound.
   own iteration (no mixed batches) and yields each request's first token.
 * Admission: at most ``max_running_requests`` run at once and their prompt plus output
   tokens must fit the KV pool; others queue.
+* Mixture of experts (profiles with ``moe_experts``): a pass streams the dense weights plus the
+  experts its tokens touch, E(n) = N (1 - (1 - k/N)^n), so verifying b * d draft tokens reads
+  more experts than decoding b tokens until both touch nearly all of them.
+* --speculative-adaptive: the step count comes from the table row for the running batch and the
+  per-draft acceptance the server has observed (``AdaptiveState``), never from these costs, so
+  a wrong table makes the adaptive mode wrong, as it would make SGLang's.
 
 ``steady_state`` gives the closed-loop output throughput at concurrency ``C`` that the
 scheduler converges to, for tests and benchmarks to hold measurements against.
@@ -48,6 +54,16 @@ class SpecConfig:
     adaptive_table: tuple[tuple[int, tuple[int, ...]], ...] | None = None
 
 
+def expert_union(n_tokens: int, experts: int, per_token: int) -> float:
+    """Expected distinct experts ``n_tokens`` tokens touch, each routed to ``per_token`` of ``experts``.
+
+    E(n) = N * (1 - (1 - k / N) ** n): one token reads k experts' weights, a batch reads the union.
+    """
+    if experts <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - per_token / experts) ** max(0, n_tokens))
+
+
 @dataclass(frozen=True)
 class Costs:
     t_fixed: float
@@ -55,10 +71,22 @@ class Costs:
     t_tok: float
     t_prefill_fixed: float
     t_prefill_tok: float
+    # Mixture of experts (0: dense): streaming every expert's weights once costs t_mem_experts, and
+    # a pass reads only the experts its tokens touch (expert_union), on top of t_mem (the dense part).
+    moe_experts: int = 0
+    moe_per_token: int = 0
+    t_mem_experts: float = 0.0
+
+    def memory(self, n_tokens: int) -> float:
+        """Seconds to stream the weights a pass over ``n_tokens`` tokens reads."""
+        if not self.moe_experts:
+            return self.t_mem
+        touched = expert_union(n_tokens, self.moe_experts, self.moe_per_token)
+        return self.t_mem + self.t_mem_experts * touched / self.moe_experts
 
     def forward(self, n_tokens: int) -> float:
         """Seconds for one forward pass over ``n_tokens`` tokens (the roofline)."""
-        return self.t_fixed + max(self.t_mem, n_tokens * self.t_tok)
+        return self.t_fixed + max(self.memory(n_tokens), n_tokens * self.t_tok)
 
     def prefill(self, n_tokens: int) -> float:
         return self.t_prefill_fixed + n_tokens * self.t_prefill_tok
@@ -81,22 +109,76 @@ def draw_accept(rng: random.Random, q_eff: float, steps: int) -> int:
     return accepted
 
 
-def step_choice(costs: Costs, spec: SpecConfig | None, batch: int) -> int:
-    """Draft steps used for a step at this batch size: 0 is plain decode.
+# How the adaptive mode picks its step count (SGLang's --speculative-adaptive, by intent): from the
+# row of the table for the running batch size, and the acceptance it has observed, never from
+# costs. A draft step is worth running while its token is accepted at least ADAPTIVE_KEEP of the
+# time (q^s >= ADAPTIVE_KEEP); 0 (plain decode) is chosen when the row offers nothing else, or
+# offers it and the observed per-draft acceptance is below ADAPTIVE_OFF.
+ADAPTIVE_KEEP = 0.15
+ADAPTIVE_OFF = 0.15
+ADAPTIVE_EMA = 0.1  # weight of one step's observation in the running acceptance estimate
 
-    Fixed speculation always uses its configured steps. With --speculative-adaptive the
-    candidates come from the table row for this batch size, and the emulator picks the one
-    its own model says is fastest (SGLang picks from measured acceptance; same intent).
+
+def table_row(table, batch: int) -> tuple[int, ...]:
+    """The candidate steps of the row for ``batch`` (the largest key <= batch; below every key the first)."""
+    candidates = table[0][1]
+    for threshold, row in table:
+        if batch >= threshold:
+            candidates = row
+    return tuple(candidates)
+
+
+def adaptive_steps(table, batch: int, q_hat: float | None, current: int) -> int:
+    """The step count the adaptive mode uses at ``batch``, given its acceptance estimate ``q_hat``.
+
+    Without an estimate yet it keeps the candidate nearest ``current`` (the launch's steps).
     """
+    row = table_row(table, batch)
+    if len(row) == 1:
+        return row[0]
+    if q_hat is None:
+        return min(row, key=lambda s: (abs(s - current), s))
+    positive = sorted(s for s in row if s > 0)
+    if 0 in row and (not positive or q_hat < ADAPTIVE_OFF):
+        return 0
+    worth = [s for s in positive if q_hat**s >= ADAPTIVE_KEEP]
+    return max(worth) if worth else positive[0]
+
+
+class AdaptiveState:
+    """The adaptive mode's running acceptance estimate and its step choice (one per server)."""
+
+    def __init__(self, spec: SpecConfig):
+        self.spec = spec
+        self.q_hat: float | None = None
+        self.current = spec.num_steps
+
+    def choose(self, batch: int) -> int:
+        self.current = adaptive_steps(self.spec.adaptive_table, batch, self.q_hat, self.current)
+        return self.current
+
+    def observe(self, accepted: int, attempted: int) -> None:
+        """One step's draws: draft tokens accepted out of draft positions tried (a geometric's MLE)."""
+        if attempted <= 0:
+            return
+        seen = accepted / attempted
+        self.q_hat = seen if self.q_hat is None else (1 - ADAPTIVE_EMA) * self.q_hat + ADAPTIVE_EMA * seen
+
+
+def step_choice(costs: Costs, spec: SpecConfig | None, batch: int) -> int:
+    """Draft steps used for a step at this batch size in the steady state: 0 is plain decode.
+
+    Fixed speculation always uses its configured steps. With --speculative-adaptive the step
+    count is what the adaptive mode settles on once its acceptance estimate has converged to
+    the true acceptance (``adaptive_steps``): chosen from the table and the acceptance, never
+    from the costs, so a wrong table makes it wrong. ``costs`` is not consulted.
+    """
+    del costs
     if spec is None:
         return 0
     if spec.adaptive_table is None:
         return spec.num_steps
-    candidates = spec.adaptive_table[0][1]  # below every key: the smallest row
-    for threshold, row in spec.adaptive_table:
-        if batch >= threshold:
-            candidates = row
-    return max(candidates, key=lambda s: tokens_per_second_in_step(costs, spec, batch, s))
+    return adaptive_steps(spec.adaptive_table, batch, q_effective(spec.q, spec.eagle_topk), spec.num_steps)
 
 
 def step_cost(costs: Costs, spec: SpecConfig | None, batch: int, steps: int) -> float:

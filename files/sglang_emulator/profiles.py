@@ -15,6 +15,8 @@ PROFILES: dict[str, dict] = {
     # --max-running-requests unset EAGLE-3 is capped at 48 running and flattens near
     # 340 tok/s from concurrency 70. The same roofline puts the crossover near C = 1.3:
     # on this PCIe node EAGLE-3 barely pays even for one stream.
+    # The seeds measured the baseline at C = 1 only: every baseline figure beyond C = 1 (and so
+    # the crossover itself) is this roofline's extrapolation, not a measurement.
     "kimi-k2.5-8x-rtx-pro-6000": {
         "description": "Kimi-K2.5 INT4, 8 x RTX PRO 6000 Blackwell, PCIe (the seeds)",
         "model_path": "moonshotai/Kimi-K2.5",
@@ -59,6 +61,35 @@ PROFILES: dict[str, dict] = {
             "EAGLE": {"accept_q": 0.24, "e0": 0.000592, "e1": 0.000010},
             "STANDALONE": {"accept_q": 0.28, "e0": 0.001500, "e1": 0.000030},
             "NGRAM": {"accept_q": 0.15, "e0": 0.000050, "e1": 0.000002},
+        },
+    },
+    # A Kimi-like mixture of experts where verification pays for the experts it touches: 384
+    # experts, 8 per token, so a pass over n tokens streams E(n) = 384 (1 - (1 - 8/384)^n) of
+    # them (model.expert_union). At small batches the verify pass over b * 4 draft tokens reads
+    # several times the experts plain decode reads and EAGLE-3 loses; from about C = 18 both
+    # read nearly every expert and it pays; from about C = 85 the verify pass is compute-bound
+    # and it loses again: a double crossing (256/256 tokens: 0.80 at C = 4, 1.25 at C = 32,
+    # 0.77 at C = 128). Illustrative constants, not a measured node.
+    "kimi-k2.5-moe": {
+        "description": "Kimi-like MoE (384 experts, 8 per token), verification cost by experts touched (illustrative)",
+        "model_path": "moonshotai/Kimi-K2.5",
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "context_length": 262144,
+        "gpu_name": "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+        "gpu_memory_total_mib": 97887,
+        "default_tp_size": 8,
+        "weights_mib_per_gpu": 72000,
+        "draft_weights_mib_per_gpu": 1200,
+        "kv_kib_per_token_per_gpu": 8.6,
+        "load_seconds": 4.0,
+        "costs": {"t_fixed": 0.0020, "t_mem": 0.0020, "t_tok": 0.0005, "t_prefill_fixed": 0.0020,
+                  "t_prefill_tok": 0.00008, "moe_experts": 384, "moe_per_token": 8, "t_mem_experts": 0.080},
+        "draft_defaults": [3, 1, 4],
+        "spec": {
+            "EAGLE3": {"accept_q": 0.70, "e0": 0.00200, "e1": 0.00001},
+            "EAGLE": {"accept_q": 0.62, "e0": 0.00200, "e1": 0.00001},
+            "STANDALONE": {"accept_q": 0.60, "e0": 0.00600, "e1": 0.00004},
+            "NGRAM": {"accept_q": 0.30, "e0": 0.00030, "e1": 0.00002},
         },
     },
 }

@@ -20,6 +20,9 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     ARGUMENT_SPEC,
     CompareError,
     compact,
+    pool_runs,
+    refine_plan,
+    split_run_name,
     summarize_host,
 )
 
@@ -35,13 +38,17 @@ def _load_json(path: str):
 
 
 def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str]) -> dict:
-    """mode -> results dict for one host folder; unreadable files become warnings."""
-    found: dict = {}
+    """mode -> results dict for one host folder; unreadable files become warnings.
+
+    ``<mode>@<tag>.json`` files are further runs of ``<mode>`` (compare_launches, refinement
+    rounds): pooled with ``<mode>.json`` by specbench_compare.pool_runs.
+    """
+    runs: dict = {}
     if not os.path.isdir(host_dir):
-        return found
+        return {}
     names = sorted(n for n in os.listdir(host_dir) if n.endswith(".json") and n not in OWN_FILES and not n.startswith("."))
     for name in names:
-        mode = name[: -len(".json")]
+        mode, tag = split_run_name(name[: -len(".json")])
         if modes is not None and mode not in modes:
             continue
         path = os.path.join(host_dir, name)
@@ -57,8 +64,8 @@ def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str
         if data.get("mode") not in (None, mode):
             warnings.append(f"{path}: says mode {data.get('mode')!r} but is named {name}; read as {mode}")
         data["_path"] = path
-        found[mode] = data
-    return found
+        runs.setdefault(mode, []).append((tag, data))
+    return {mode: pool_runs(found) for mode, found in runs.items()}
 
 
 class ActionModule(ActionBase):
@@ -122,6 +129,7 @@ class ActionModule(ActionBase):
         files: list[str] = []
         changed_files: list[str] = []
         summaries: dict = {}
+        refine_plans: dict = {}
         absent: dict = {}
         for host in hosts:
             host_dir = os.path.join(run_dir, host)
@@ -188,6 +196,8 @@ class ActionModule(ActionBase):
                 files.append(path)
             files.extend(os.path.join(host_dir, name) for name in plots.values())
             summaries[host] = summary
+            if args["refine"]:
+                refine_plans[host] = self._refine(summary, args["refine"], host_results)
 
         index = None
         if args["index"]:
@@ -213,6 +223,7 @@ class ActionModule(ActionBase):
             files=files,
             run_dir=run_dir,
             incomplete_hosts=incomplete,
+            refine=refine_plans,
         )
         if absent:
             result["absent_hosts"] = absent
@@ -226,3 +237,24 @@ class ActionModule(ActionBase):
             + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
         )
         return result
+
+    @staticmethod
+    def _refine(summary: dict, opts: dict, host_results: dict) -> dict:
+        """The next refinement round for a host (the primary comparison), with its cost estimate."""
+        spec_mode = summary.get("spec_mode")
+        comparison = (summary.get("comparisons") or {}).get(spec_mode) or {}
+        settings = next((r.get("settings") or {} for r in host_results.values()), {})
+        level_cost = float(settings.get("warmup_s") or 0) + float(settings.get("window_s") or 0)
+        spent = 0.0
+        per_launch = []
+        for result in host_results.values():
+            for run in result.get("runs") or [{"tag": None, "seconds": None, "levels": []}]:
+                secs = run.get("seconds")
+                if secs is not None and (run.get("tag") or "").startswith("refine"):
+                    spent += secs
+                if secs is not None and run.get("levels"):
+                    per_launch.append(max(0.0, secs - level_cost * len(run["levels"])))
+        launch_cost = sum(per_launch) / len(per_launch) if per_launch else 0.0
+        return refine_plan(comparison, ratio=float(opts.get("ratio") or 1.3), budget_s=opts.get("budget_s"),
+                           spent_s=spent, level_cost_s=level_cost, launch_cost_s=launch_cost,
+                           max_new=int(opts.get("max_levels") or 4), modes=2)

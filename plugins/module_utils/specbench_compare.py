@@ -29,19 +29,29 @@ per-stream speed is throughput / running requests, so its window-to-window noise
 throughput's). ``tpot_speedup`` is baseline TPOT / speculative TPOT, so above 1 always
 means speculation is better.
 
-The crossover (where speculation stops paying) is the first level at which the speedup
-drops below 1, interpolated linearly in the speedup against log(concurrency) between that
-level and the one before it (as the emulator's ``model.crossover`` does). Its interval is
-where the lower and the upper ends of the speedup intervals cross 1, by the same rule:
-the lower curve crosses first (the interval's low end), the upper curve last (its high
-end); an end that does not cross within the measured levels is open (``None``) and said
-so in words. Speedup >= 1 at every level is "pays at every level"; below 1 from the first
-level is "never pays"; neither is given a number.
+The verdict reads the whole series. Each level pays (speedup interval above 1), loses (below
+1) or is unclear (across 1). An unclear run of levels takes the verdict of its neighbours
+when they agree or when it sits at either end (one noisy level never flips a verdict on its
+own); between a paying and a losing run it stays unclear (the change lies in it). Runs of one
+verdict are the ``regions``; status is crosses (pays, then loses), multiple (the verdict
+changes more than once, or starts out losing), never_pays, pays_everywhere, unclear or
+unknown. Each change is a crossing, interpolated linearly in the speedup against
+log(concurrency); its 95% interval is a seeded parametric bootstrap: every level's log
+speedup drawn from a normal with its interval's standard error, the crossing found again by
+the same rule in each draw, the 2.5th and 97.5th percentiles kept (an end is open, None, when
+more than 2.5% of the draws find no crossing on that side). ``crossover_concurrency`` is where
+the lowest-concurrency paying region ends. The advice and SGLang's adaptive table follow the
+regions: speculation on in every paying range, off (``[0]``) elsewhere.
+
+Several runs of one mode (``<mode>@<tag>.json``: compare_launches, refinement rounds) are
+pooled per level (``pool_runs``); ``refine_plan`` picks the next refinement round.
 """
 
 from __future__ import annotations
 
+import datetime
 import math
+import random
 
 SCHEMA = "specbench.compare/1"
 BASELINE = "baseline"
@@ -59,6 +69,14 @@ ARGUMENT_SPEC = {
     "plots": {"type": "bool", "default": True},
     "dpi": {"type": "int", "default": 100},
     "index": {"type": "bool", "default": True},
+    "refine": {
+        "type": "dict",
+        "options": {
+            "ratio": {"type": "float", "default": 1.3},
+            "budget_s": {"type": "float"},
+            "max_levels": {"type": "int", "default": 4},
+        },
+    },
 }
 
 CI_METHOD = (
@@ -66,10 +84,11 @@ CI_METHOD = (
     "half-width w = (ln hi - ln lo)/2; the ratio's interval is ratio * exp(+-sqrt(w_spec^2 + w_base^2))"
 )
 CROSSOVER_METHOD = (
-    "first level where the speedup drops below 1, interpolated linearly in speedup against log(concurrency) "
-    "from the level before; the 95% interval is where the speedup interval's lower and upper ends cross 1, "
-    "by the same rule (it covers measurement noise; the two levels around the crossover bound what the "
-    "interpolation can know)"
+    "each level pays (speedup interval above 1), loses (below 1) or is unclear; unclear levels take the verdict of "
+    "their neighbours unless they lie between a paying and a losing level; contiguous levels with one verdict form "
+    "a region; each change of region is a crossing, interpolated linearly in speedup against log(concurrency); its "
+    "95% interval is a seeded parametric bootstrap (2000 draws of every level's log speedup from its interval) "
+    "through the same interpolation; crossover_concurrency is where the lowest-concurrency paying region ends"
 )
 BORROWED_NOTE = "interval borrowed from the throughput interval's relative width (the client gave none)"
 
@@ -264,98 +283,135 @@ def _mode_level_row(level: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# The crossover
+# The verdict over the whole series: per-level verdicts, regions, crossings
 # ---------------------------------------------------------------------------------------------
-def _first_crossing(points: list[tuple[float, float]]) -> tuple[str, float | None, int | None]:
-    """Where a series of (concurrency, speedup) first drops below 1.
+PAYS, LOSES, UNCLEAR = "pays", "loses", "unclear"
+STOPS, STARTS = "stops_paying", "starts_paying"
+BOOTSTRAP_DRAWS = 2000
+BOOTSTRAP_SEED = 20260101  # fixed: rendering the same results twice gives the same files
+Z975 = 1.959964
 
-    Returns (kind, concurrency, index): kind "crosses" with the log-interpolated
-    concurrency and the index of the first level below 1; "below" when the first level is
-    already below 1; "above" when no level is.
+
+def level_verdict(speedup, ci) -> str | None:
+    """pays (the 95% interval above 1), loses (below 1), unclear (it straddles 1); None without a speedup.
+
+    A level without an interval is taken at its word (>= 1 pays), as an exact figure.
     """
-    for i, (conc, value) in enumerate(points):
-        if value < 1.0:
-            if i == 0:
-                return "below", None, 0
-            c0, v0 = points[i - 1]
-            frac = (v0 - 1.0) / (v0 - value)
-            return "crosses", math.exp(math.log(c0) + frac * (math.log(conc) - math.log(c0))), i
-    return "above", None, None
+    speedup, ci = _num(speedup), _interval(ci)
+    if speedup is None:
+        return None
+    if ci is None:
+        return PAYS if speedup >= 1.0 else LOSES
+    if ci[0] > 1.0:
+        return PAYS
+    if ci[1] < 1.0:
+        return LOSES
+    return UNCLEAR
 
 
-def crossover(levels: list[dict]) -> dict:
-    """The crossover from per-level speedups: ``levels`` hold concurrency, speedup, speedup_ci95.
+def _runs(verdicts: list[str]) -> list[list]:
+    """[verdict, first index, last index] for each run of equal verdicts."""
+    runs: list[list] = []
+    for i, v in enumerate(verdicts):
+        if runs and runs[-1][0] == v:
+            runs[-1][2] = i
+        else:
+            runs.append([v, i, i])
+    return runs
 
-    Returns status ("crosses", "never_pays", "pays_everywhere", "unknown"), concurrency,
-    ci95 ([lo, hi], either end None when open), bracket (the two levels around it), text,
-    and notes (a speedup that comes back above 1 later, levels without an interval).
+
+def settle_verdicts(verdicts: list[str]) -> list[str]:
+    """Each level's verdict once unclear levels have been read in context.
+
+    An unclear run between two runs of the same verdict, or at either end of the series next to
+    one, takes that verdict: an unclear level never flips a verdict on its own. An unclear run
+    between a paying and a losing run stays unclear (the verdict changes somewhere in it); a
+    series that is unclear throughout stays unclear.
     """
-    usable = sorted(
-        (lv for lv in levels if _num(lv.get("speedup")) is not None and _num(lv.get("concurrency"))),
-        key=lambda lv: lv["concurrency"],
-    )
-    notes: list[str] = []
-    if not usable:
-        return {
-            "status": "unknown",
-            "concurrency": None,
-            "ci95": None,
-            "bracket": None,
-            "text": "no level has both modes measured: no crossover can be given",
-            "notes": notes,
-        }
-    pts = [(float(lv["concurrency"]), float(lv["speedup"])) for lv in usable]
-    lows, highs = [], []
-    for lv, (conc, value) in zip(usable, pts, strict=True):
-        ci = _interval(lv.get("speedup_ci95"))
-        if ci is None:
-            notes.append(f"C={conc:g} has no interval on its speedup: the crossover interval treats it as exact")
-            ci = (value, value)
-        lows.append((conc, min(ci[0], value)))
-        highs.append((conc, max(ci[1], value)))
-    kind, point, idx = _first_crossing(pts)
-    lo_kind, lo = _first_crossing(lows)[:2]
-    hi_kind, hi = _first_crossing(highs)[:2]
-    c_min, c_max = pts[0][0], pts[-1][0]
-    if lo_kind == "below":
-        lo = None
-    if hi_kind == "below":  # even the upper end is below 1 at the first level
-        hi = c_min
-    point, lo, hi = _rnd(point, 3), _rnd(lo, 3), _rnd(hi, 3)
-    if kind == "crosses":
-        again = [c for c, v in pts[idx:] if v >= 1.0]
-        if again:
-            notes.append(
-                f"the speedup comes back to 1 or more at C={', '.join(f'{c:g}' for c in again)} after dropping below 1 "
-                f"at C={pts[idx][0]:g}: look at the confounders before trusting the crossover"
-            )
-    ci_text = _ci_text(lo, hi, c_min, c_max)
-    if kind == "crosses":
-        status = "crosses"
-        bracket = [pts[idx - 1][0], pts[idx][0]]
-        text = (
-            f"speculation stops paying at concurrency {fmt_conc(point)} (95% interval {ci_text}), between the "
-            f"levels C={bracket[0]:g} (speedup {pts[idx - 1][1]:.3f}) and C={bracket[1]:g} ({pts[idx][1]:.3f})"
-        )
-    elif kind == "below":
-        status, point, bracket = "never_pays", None, [None, c_min]
-        text = f"speculation never pays: it is slower from the lowest level measured, C={c_min:g}"
-        if hi is not None and hi > c_min:
-            text += f" (though within the interval it might pay up to C={fmt_conc(hi)})"
-    else:
-        status, point, bracket = "pays_everywhere", None, [c_max, None]
-        text = f"speculation pays at every level measured, up to C={c_max:g}"
-        if lo is not None:
-            text += f" (though within the interval it might stop paying from C={fmt_conc(lo)})"
-    return {
-        "status": status,
-        "concurrency": point,
-        "ci95": [lo, hi] if (lo is not None or hi is not None) else None,
-        "ci95_text": ci_text,
-        "bracket": bracket,
-        "text": text,
-        "notes": notes,
-    }
+    runs = _runs(verdicts)
+    settled = list(verdicts)
+    for n, (v, first, last) in enumerate(runs):
+        if v != UNCLEAR:
+            continue
+        before = runs[n - 1][0] if n > 0 else None
+        after = runs[n + 1][0] if n + 1 < len(runs) else None
+        take = None
+        if before and after and before == after:
+            take = before
+        elif before and not after:
+            take = before
+        elif after and not before:
+            take = after
+        if take:
+            for i in range(first, last + 1):
+                settled[i] = take
+    return settled
+
+
+def regions(points: list[tuple[float, str]]) -> list[dict]:
+    """Contiguous levels with the same settled verdict: from/to concurrency, verdict, levels."""
+    out = []
+    for v, first, last in _runs([v for unused, v in points]):
+        out.append({"from_concurrency": points[first][0], "to_concurrency": points[last][0], "verdict": v,
+                    "levels": last - first + 1, "first": first, "last": last})
+    return out
+
+
+def _interp_at_one(c0: float, v0: float, c1: float, v1: float) -> float:
+    """Where the speedup line between two levels (linear in log concurrency) meets 1."""
+    if v0 == v1:
+        return math.sqrt(c0 * c1)
+    frac = min(1.0, max(0.0, (v0 - 1.0) / (v0 - v1)))
+    return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
+
+
+def _crossing_in(concs: list[float], values: list[float], anchor: int, end: int, direction: str) -> float:
+    """Where ``values`` leave the anchor's side of 1, searched from ``anchor`` up to ``end``.
+
+    ``direction`` stops_paying: the anchor should be >= 1 and the crossing is the first drop
+    below 1 after it; starts_paying mirrors it. When the anchor itself is on the far side, the
+    search goes back for the last level on the near side. -inf / +inf: no crossing below the
+    first level / up to ``end``.
+    """
+    def near(v):
+        return v >= 1.0 if direction == STOPS else v < 1.0
+
+    if near(values[anchor]):
+        for k in range(anchor + 1, end + 1):
+            if not near(values[k]):
+                return _interp_at_one(concs[k - 1], values[k - 1], concs[k], values[k])
+        return math.inf
+    for k in range(anchor - 1, -1, -1):
+        if near(values[k]):
+            return _interp_at_one(concs[k], values[k], concs[k + 1], values[k + 1])
+    return -math.inf
+
+
+def _log_sd(value: float, ci) -> float:
+    """Standard deviation of ln(speedup) from its 95% interval (0 without one)."""
+    ci = _interval(ci)
+    if ci is None or value <= 0:
+        return 0.0
+    return log_half_width(value, ci) / Z975
+
+
+def crossing_interval(concs, values, sds, anchor, end, direction, draws=BOOTSTRAP_DRAWS, seed=BOOTSTRAP_SEED):
+    """95% interval of one crossing: a parametric bootstrap through the interpolation.
+
+    Each level's log speedup is drawn from a normal with its interval's standard error (levels
+    are independent: separate windows), the crossing found again in each draw by the same
+    rule, and the 2.5th and 97.5th percentiles taken. An end is open (None) when more than
+    2.5% of the draws find no crossing on that side of the measured levels.
+    """
+    rng = random.Random(seed)
+    logs = [math.log(v) for v in values]
+    found = []
+    for _dummy in range(draws):
+        drawn = [math.exp(lv + rng.gauss(0.0, sd)) if sd else math.exp(lv) for lv, sd in zip(logs, sds, strict=True)]
+        found.append(_crossing_in(concs, drawn, anchor, end, direction))
+    found.sort()
+    lo, hi = found[int(0.025 * (draws - 1))], found[int(math.ceil(0.975 * (draws - 1)))]
+    return (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
 
 
 def _ci_text(lo, hi, c_min, c_max) -> str:
@@ -364,36 +420,198 @@ def _ci_text(lo, hi, c_min, c_max) -> str:
     return f"{low} to {high}"
 
 
+def crossover(levels: list[dict], draws: int = BOOTSTRAP_DRAWS) -> dict:
+    """The whole-series verdict from per-level speedups (``levels``: concurrency, speedup, speedup_ci95).
+
+    Returns status (crosses, multiple, never_pays, pays_everywhere, unclear, unknown), regions,
+    crossings (each with direction, concurrency, ci95, bracket), and the first stops_paying
+    crossing after the lowest-concurrency paying region as concurrency, ci95, bracket and text.
+    """
+    usable = sorted(
+        (lv for lv in levels if _num(lv.get("speedup")) is not None and _num(lv.get("speedup")) > 0
+         and _num(lv.get("concurrency"))),
+        key=lambda lv: lv["concurrency"],
+    )
+    notes: list[str] = []
+    missing = [lv.get("concurrency") for lv in levels if _num(lv.get("speedup")) is None]
+    empty = {"concurrency": None, "ci95": None, "ci95_text": None, "bracket": None, "regions": [], "crossings": []}
+    if not usable:
+        return dict(empty, status="unknown", notes=notes,
+                    text="no level has both modes measured: no crossover can be given")
+    if missing:
+        inner = [c for c in missing if usable[0]["concurrency"] < c < usable[-1]["concurrency"]]
+        notes.append(f"C={', '.join(str(c) for c in missing)} has no speedup (a mode not measured there): the regions "
+                     "join the levels on either side" + (" across it" if inner else ""))
+    concs = [float(lv["concurrency"]) for lv in usable]
+    values = [float(lv["speedup"]) for lv in usable]
+    sds = []
+    for lv, conc, value in zip(usable, concs, values, strict=True):
+        if _interval(lv.get("speedup_ci95")) is None:
+            notes.append(f"C={conc:g} has no interval on its speedup: the verdict and the crossover take it as exact")
+        sds.append(_log_sd(value, lv.get("speedup_ci95")))
+    raw = [level_verdict(lv["speedup"], lv.get("speedup_ci95")) for lv in usable]
+    settled = settle_verdicts(raw)
+    for lv, r, s in zip(usable, raw, settled, strict=True):
+        if r == UNCLEAR and s != UNCLEAR:
+            notes.append(f"C={lv['concurrency']:g}: speedup {lv['speedup']:.3f} with an interval across 1 (unclear) "
+                         f"is read with its neighbours as {s}")
+    regs = regions(list(zip(concs, settled, strict=True)))
+    definite = [r for r in regs if r["verdict"] != UNCLEAR]
+    c_min, c_max = concs[0], concs[-1]
+    crossings = []
+    for a, b in zip(definite, definite[1:], strict=False):
+        direction = STOPS if a["verdict"] == PAYS else STARTS
+        anchor = a["last"]
+        point = _crossing_in(concs, values, anchor, b["last"], direction)
+        if math.isinf(point):  # the point estimates do not cross between the two regions' ends
+            point = math.sqrt(concs[a["last"]] * concs[b["first"]])
+        lo, hi = crossing_interval(concs, values, sds, anchor, b["last"], direction, draws)
+        crossings.append({
+            "direction": direction,
+            "concurrency": _rnd(point, 3),
+            "ci95": [_rnd(lo, 3), _rnd(hi, 3)],
+            "ci95_text": _ci_text(lo, hi, c_min, c_max),
+            "bracket": [concs[a["last"]], concs[b["first"]]],
+        })
+    kinds = [r["verdict"] for r in definite]
+    if not kinds:
+        status = "unclear"
+    elif kinds == [PAYS]:
+        status = "pays_everywhere"
+    elif kinds == [LOSES]:
+        status = "never_pays"
+    elif kinds == [PAYS, LOSES]:
+        status = "crosses"
+    else:
+        status = "multiple"
+    first_pays = next((n for n, r in enumerate(definite) if r["verdict"] == PAYS), None)
+    main = crossings[first_pays] if first_pays is not None and first_pays < len(crossings) else None
+    public_regions = [{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict", "levels")} for r in regs]
+    out = dict(empty, status=status, regions=public_regions, crossings=crossings, notes=notes)
+    if main:
+        out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
+                   bracket=main["bracket"])
+    out["text"] = _verdict_text(status, regs, crossings, main, values, concs)
+    return out
+
+
+def _region_words(reg: dict) -> str:
+    if reg["from_concurrency"] == reg["to_concurrency"]:
+        return f"C={reg['from_concurrency']:g}"
+    return f"C={reg['from_concurrency']:g} to {reg['to_concurrency']:g}"
+
+
+def _verdict_text(status, regs, crossings, main, values, concs) -> str:
+    c_min, c_max = concs[0], concs[-1]
+    if status == "unclear":
+        return (f"unclear: the speedup's 95% interval straddles 1 at every level measured (C={c_min:g} to {c_max:g}); "
+                "repeat the levels (compare_launches) or lengthen the window")
+    if status == "pays_everywhere":
+        return f"speculation pays at every level measured, up to C={c_max:g}"
+    if status == "never_pays":
+        return f"speculation never pays: it is slower at every level measured, from C={c_min:g} to C={c_max:g}"
+    parts = []
+    for reg in regs:
+        parts.append(f"{reg['verdict']} at {_region_words(reg)}")
+    text = "regions: " + "; ".join(parts)
+    if main:
+        a_idx = concs.index(main["bracket"][0])
+        b_idx = concs.index(main["bracket"][1])
+        text = (f"speculation stops paying at concurrency {fmt_conc(main['concurrency'])} (95% interval "
+                f"{main['ci95_text']}), between the levels C={main['bracket'][0]:g} (speedup {values[a_idx]:.3f}) and "
+                f"C={main['bracket'][1]:g} ({values[b_idx]:.3f}); " + text)
+    for cross in crossings:
+        if cross is main:
+            continue
+        verb = "stops paying" if cross["direction"] == STOPS else "starts paying again" if main and \
+            cross["concurrency"] > main["concurrency"] else "starts paying"
+        text += f"; it {verb} at C={fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})"
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Recommendation and SGLang's adaptive table
 # ---------------------------------------------------------------------------------------------
-def adaptive_table(off_from: int | None, measured_max: float | None = None, base: dict | None = None) -> dict:
-    """A --speculative-adaptive-config table (batch size -> candidate steps) off from ``off_from``.
+def speculate_ranges(cross: dict, c_min: float | None) -> list[list]:
+    """Concurrency ranges to speculate in, [from, below) with below None for open: from the regions.
 
-    Rows of SGLang's default below ``off_from`` that can speculate are kept (its adaptive
-    logic still picks the step count from the acceptance it sees); rows that only turn it
-    off, and every row at or above ``off_from``, give way to one row ``[0]`` (plain decode)
-    at ``off_from``. With ``off_from`` None (speculation paid at every level up to
-    ``measured_max``), the default's speculation-off rows at or below ``measured_max`` are
-    dropped.
+    A stops_paying crossing at x ends a range at ceil(x); a starts_paying crossing at y starts
+    one at ceil(y). A series that starts paying starts its range at 1.
     """
+    status = cross.get("status")
+    if status == "pays_everywhere":
+        return [[1, None]]
+    if status == "crosses" and not cross.get("crossings") and cross.get("concurrency"):
+        return [[1, max(1, math.ceil(cross["concurrency"] - 1e-9))]]
+    if status in ("never_pays", "unclear", "unknown") or not cross.get("regions"):
+        return []
+    definite = [r for r in cross["regions"] if r["verdict"] != UNCLEAR]
+    ranges: list[list] = []
+    if definite and definite[0]["verdict"] == PAYS:
+        ranges.append([1, None])
+    for c in cross.get("crossings") or []:
+        edge = max(1, math.ceil(c["concurrency"] - 1e-9))
+        if c["direction"] == STOPS and ranges and ranges[-1][1] is None:
+            ranges[-1][1] = max(edge, ranges[-1][0] + 1)
+        elif c["direction"] == STARTS:
+            ranges.append([edge, None])
+    del c_min
+    return ranges
+
+
+def _default_row(rows: list, bs: int) -> list[int]:
+    row = rows[0][1]
+    for key, steps in rows:
+        if bs >= key:
+            row = steps
+    return row
+
+
+def adaptive_table_for(ranges: list[list], measured_max: float | None = None, base: dict | None = None,
+                       max_steps: int | None = None) -> dict:
+    """A --speculative-adaptive-config table (batch size -> candidate steps) that speculates in ``ranges``.
+
+    Inside a range SGLang's default rows that can speculate are kept (its adaptive logic still
+    picks the step count from the acceptance it sees) and the range's first batch size gets the
+    default's row there (with 0 taken out, so speculation is on); outside every range one row
+    ``[0]`` (plain decode) turns it off. Beyond the measured levels an open range keeps the
+    default's rows as they are (nothing was measured there). With ``max_steps`` (the draft steps
+    of the speculative mode measured) no row inside a measured range offers more steps than that:
+    the measurement says speculating with that many pays, not with more.
+    """
+
+    def capped(steps: list[int]) -> list[int]:
+        if max_steps is None:
+            return steps
+        kept = [s for s in steps if s <= max_steps]
+        return kept if any(s > 0 for s in kept) else sorted({s for s in kept if s == 0} | {max_steps})
+
     base = dict(base or SGLANG_DEFAULT_ADAPTIVE)
     rows = sorted((int(k), [int(s) for s in v]) for k, v in base.items())
-    if off_from is not None:
-        off_from = max(1, int(off_from))
-        kept = [(bs, steps) for bs, steps in rows if bs < off_from and any(s > 0 for s in steps)]
-        table = {str(bs): steps for bs, steps in kept}
-        table[str(off_from)] = [0]
-    else:
-        table = {
-            str(bs): steps
-            for bs, steps in rows
-            if not (measured_max is not None and bs <= measured_max and not any(s > 0 for s in steps))
-        }
-    if "1" not in table:
-        first = rows[0][1] if rows and any(s > 0 for s in rows[0][1]) else [1, 3, 5, 7]
-        table["1"] = first
-    return dict(sorted(table.items(), key=lambda kv: int(kv[0])))
+    table: dict[int, list[int]] = {}
+    if not ranges:
+        return {"1": [0]}
+    if ranges[0][0] > 1:
+        table[1] = [0]
+    for start, below in ranges:
+        first = [s for s in capped(_default_row(rows, start)) if s > 0] or [1]
+        table[start] = first
+        for bs, steps in rows:
+            if bs <= start or (below is not None and bs >= below):
+                continue
+            beyond = below is None and measured_max is not None and bs > measured_max
+            if beyond:
+                table[bs] = steps
+            elif any(s > 0 for s in steps):
+                table[bs] = capped(steps)
+        if below is not None:
+            table[below] = [0]
+    return {str(bs): steps for bs, steps in sorted(table.items())}
+
+
+def adaptive_table(off_from: int | None, measured_max: float | None = None, base: dict | None = None) -> dict:
+    """The table for one range: speculate below ``off_from`` (None: at every level measured)."""
+    return adaptive_table_for([[1, None if off_from is None else max(1, int(off_from))]], measured_max, base)
 
 
 def sglang_adaptive_config(table: dict) -> dict:
@@ -405,28 +623,48 @@ def sglang_adaptive_config(table: dict) -> dict:
     return {bs: {"candidate_steps": list(steps)} for bs, steps in table.items()}
 
 
-def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) -> dict:
-    """The advice: speculate below concurrency N, and the adaptive table that does it."""
+def _ranges_words(ranges: list[list]) -> str:
+    """[[1, 3], [30, None]] -> "below 3 and again from 30"."""
+    words = []
+    for start, below in ranges:
+        if start <= 1:
+            words.append("at every concurrency" if below is None else f"below {below}")
+        else:
+            words.append(f"from {start}" if below is None else f"from {start} to below {below}")
+    return " and again ".join(words)
+
+
+def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
+    """The advice from the regions: where to speculate, and the adaptive table that does it
+    (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``)."""
     status = cross["status"]
     c_max = max(levels_measured) if levels_measured else None
     c_min = min(levels_measured) if levels_measured else None
+    ranges = speculate_ranges(cross, c_min)
+    below = ranges[0][1] if status == "crosses" and ranges else None
+    table = None
     if status == "crosses":
-        below = max(1, math.ceil(cross["concurrency"] - 1e-9))
-        table = adaptive_table(below)
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
         text = (
             f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
             f"speculation. Crossover {fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})."
         )
         gap = cross.get("bracket") or [None, None]
-        if gap[0] and gap[1] and gap[1] / gap[0] > 1.5 and gap[1] - gap[0] > 1:
+        lo, hi = (cross.get("ci95") or [None, None])
+        if gap[0] and gap[1] and gap[1] / gap[0] > 1.5 and (lo is None or hi is None or hi / lo > 1.3):
             text += (
-                f" The interval covers measurement noise, not the interpolation between C={gap[0]:g} and "
-                f"C={gap[1]:g}: add levels in between to pin it down."
+                f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+                "(compare_refine: true) to pin it down."
             )
+    elif status == "multiple":
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
+        where = _ranges_words(ranges) if ranges else "nowhere"
+        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
+                f"changes more than once ({len(cross.get('crossings') or [])} crossings). SGLang's adaptive config "
+                "below turns speculation off and on again by batch size.")
     elif status == "never_pays":
-        below = int(c_min) if c_min and c_min > 1 else 1
-        table = adaptive_table(below)
-        if below <= 1:
+        table = adaptive_table_for([])
+        if c_min is not None and c_min <= 1:
             text = (
                 f"Do not speculate: {spec_mode} is slower than the baseline at every level measured, "
                 f"from C={c_min:g}. Serve the baseline mode."
@@ -437,18 +675,20 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float]) ->
                 f"Below C={c_min:g} nothing was measured: add lower levels to find out."
             )
     elif status == "pays_everywhere":
-        below = None
-        table = adaptive_table(None, c_max)
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
         text = (
             f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: the crossover lies above. "
             "Add higher levels to find where it stops paying."
         )
+    elif status == "unclear":
+        text = ("No recommendation yet: at every level the speedup's interval straddles 1. Measure again with "
+                "compare_launches: 2 or more, or longer windows.")
     else:
-        below, table = None, None
         text = "No recommendation: no level has both modes measured."
     return {
         "text": text,
         "speculate_below": below,
+        "speculate_ranges": ranges,
         "adaptive_table": table,
         "adaptive_config": sglang_adaptive_config(table) if table else None,
     }
@@ -700,12 +940,14 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["tpot_speedup"] = _rnd(tpot[0])
         row["tpot_speedup_ci95"] = _rnd_pair(tpot[1])
         row["verdict"] = verdict(row["speedup"], row["speedup_ci95"], bl, sl)
+        row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
+        row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None]
-    rec = recommendation(cross, spec_mode, measured)
+    rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
     if borrowed:
         notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
@@ -718,13 +960,27 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "crossover_ci95_text": cross.get("ci95_text"),
         "crossover_bracket": cross["bracket"],
         "crossover_text": cross["text"],
+        "regions": cross["regions"],
+        "crossings": cross["crossings"],
         "recommendation": rec["text"],
         "speculate_below": rec["speculate_below"],
+        "speculate_ranges": rec["speculate_ranges"],
         "adaptive_table": rec["adaptive_table"],
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
         "levels": rows,
     }
+
+
+def draft_steps(result: dict | None) -> int | None:
+    """The draft steps a speculative mode ran with (its server's resolved arguments), or None."""
+    if not result:
+        return None
+    for source in (_server_info(result), _server(result).get("settings") or {}):
+        value = source.get("speculative_num_steps") if isinstance(source, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def verdict(speedup, ci, base_level, spec_level) -> str:
@@ -734,13 +990,7 @@ def verdict(speedup, ci, base_level, spec_level) -> str:
         if missing:
             return f"not measured in {' and '.join(missing)}"
         return "failed"
-    if ci is None:
-        return "pays" if speedup >= 1 else "loses"
-    if ci[0] > 1:
-        return "pays"
-    if ci[1] < 1:
-        return "loses"
-    return "unclear"
+    return level_verdict(speedup, ci)
 
 
 def tracking(results: dict, baseline: str, fixed: str, adaptive: str) -> dict | None:
@@ -843,8 +1093,11 @@ def summarize_host(
         "crossover_ci95_text",
         "crossover_bracket",
         "crossover_text",
+        "regions",
+        "crossings",
         "recommendation",
         "speculate_below",
+        "speculate_ranges",
         "adaptive_table",
         "adaptive_config",
         "notes",
@@ -906,6 +1159,7 @@ def compact(summary: dict) -> dict:
         "crossover_status": summary.get("crossover_status"),
         "crossover_concurrency": summary.get("crossover_concurrency"),
         "crossover_ci95": summary.get("crossover_ci95"),
+        "regions": summary.get("regions"),
         "recommendation": summary.get("recommendation"),
         "speculate_below": summary.get("speculate_below"),
         "adaptive_config": summary.get("adaptive_config"),
@@ -915,4 +1169,191 @@ def compact(summary: dict) -> dict:
             {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
             for lv in summary.get("levels") or []
         ],
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Several runs of one mode (compare_launches, refinement rounds): pooled levels
+# ---------------------------------------------------------------------------------------------
+POOLED_METHOD = (
+    "pooled over {k} launches: the mean of the launch means; standard error sqrt((s_between^2 + mean within-launch "
+    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-1.96 se"
+)
+RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
+
+
+def split_run_name(stem: str) -> tuple[str, str | None]:
+    """'eagle3@refine2' -> ('eagle3', 'refine2'); 'eagle3' -> ('eagle3', None)."""
+    mode, sep, tag = stem.partition(RUN_TAG)
+    return (mode, tag) if sep and tag else (stem, None)
+
+
+def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
+    """One results dict for a mode measured in several runs: ``runs`` is [(tag, results), ...].
+
+    The first run gives the settings and server; levels measured in more than one run are pooled
+    (``POOLED_METHOD``), each level notes its ``launches`` and whether it was ``refined`` (first
+    measured in a refinement round), and ``runs`` lists the runs (tag, path, levels, seconds).
+    """
+    if len(runs) == 1 and runs[0][0] is None:
+        return runs[0][1]
+    ordered = sorted(runs, key=lambda tr: (tr[0] is not None, tr[0] or ""))
+    base = dict(ordered[0][1])
+    by_conc: dict[int, list] = {}
+    listing = []
+    for tag, result in ordered:
+        listing.append({"tag": tag, "path": result.get("_path"), "status": result.get("status"),
+                        "levels": [lv.get("concurrency") for lv in result.get("levels") or [] if isinstance(lv, dict)],
+                        "seconds": run_seconds(result)})
+        for level in result.get("levels") or []:
+            if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+                by_conc.setdefault(level["concurrency"], []).append((tag, level))
+    levels = []
+    for conc in sorted(by_conc):
+        entries = by_conc[conc]
+        pooled = pool_level([lv for unused, lv in entries])
+        pooled["launches"] = len(entries)
+        pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
+        levels.append(pooled)
+    base["levels"] = levels
+    base["runs"] = listing
+    statuses = [r.get("status") for unused, r in ordered]
+    base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
+    base["error"] = next((r.get("error") for unused, r in ordered if r.get("error")), None)
+    return base
+
+
+def pool_level(levels: list[dict]) -> dict:
+    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``)."""
+    if len(levels) == 1:
+        return dict(levels[0])
+    usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
+    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    out = dict(levels[-1])
+    if not usable:
+        return out
+    k = len(usable)
+    xs = [x for unused, x, unused_ci in usable]
+    mean = math.fsum(xs) / k
+    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
+    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
+    within_mean = math.fsum(within) / len(within) if within else 0.0
+    se = math.sqrt((between + within_mean) / k)
+    out["output_tok_per_s"] = round(mean, 3)
+    out["output_tok_per_s_ci95"] = [round(max(0.0, mean - Z975 * se), 3), round(mean + Z975 * se, 3)] if se > 0 else None
+    out["ci_method"] = POOLED_METHOD.format(k=k)
+    out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
+    # comparison borrows the throughput's relative width for them).
+    for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
+        stats = [lv.get(key) for lv, unused_x, unused_ci in usable if isinstance(lv.get(key), dict)]
+        if stats:
+            merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
+                      for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
+            out[key] = merged
+    accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
+    accepts = [a for a in accepts if a is not None]
+    out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None
+    out["requests_ok"] = sum(lv.get("requests_ok") or 0 for lv, unused_x, unused_ci in usable)
+    out["requests_failed"] = sum(lv.get("requests_failed") or 0 for lv in levels)
+    return out
+
+
+def run_seconds(result: dict) -> float | None:
+    """Wall seconds a run's sweep took (from its started_at / finished_at), or None."""
+    try:
+        start = datetime.datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(str(result.get("finished_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())
+
+
+# ---------------------------------------------------------------------------------------------
+# Refinement around the crossing
+# ---------------------------------------------------------------------------------------------
+REFINE_MIN_STEP = 1.08  # a bracket narrower than this (hi/lo) has no level worth adding inside
+
+
+def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = None, spent_s: float = 0.0,
+                level_cost_s: float = 0.0, launch_cost_s: float = 0.0, max_new: int = 4, modes: int = 2) -> dict:
+    """The next refinement round for one comparison (a compare_pair / summary dict).
+
+    For every crossing whose 95% interval is open or wider than ``ratio`` (hi/lo), the geometric
+    midpoint of its bracket (rounded, not yet measured); every ``unclear`` level is measured again
+    (its runs pooled), at most ``max_new`` more times. Both modes at each level, one launch per mode.
+    Done when nothing is left to refine, when the levels added so far reach ``max_new``, or when
+    the round's estimated cost (``modes`` x (``launch_cost_s`` + levels x ``level_cost_s``)) would
+    overrun ``budget_s`` after ``spent_s``.
+    """
+    crossings = comparison.get("crossings") or []
+    levels = comparison.get("levels") or []
+    measured = sorted({int(lv["concurrency"]) for lv in levels if lv.get("speedup") is not None})
+    refined = sum(1 for lv in levels if lv.get("refined"))
+    new, repeat, why = [], [], []
+    for cross in crossings:
+        lo, hi = (cross.get("ci95") or [None, None])
+        width = (hi / lo) if lo and hi else math.inf
+        if width < ratio:
+            continue
+        a, b = cross["bracket"]
+        # Unclear levels between the regions: the two measured levels around the point estimate.
+        point = cross.get("concurrency")
+        inside = [c for c in measured if a <= c <= b]
+        if point and len(inside) > 2:
+            a = max((c for c in inside if c <= point), default=a)
+            b = min((c for c in inside if c >= point), default=b)
+        if b / a < REFINE_MIN_STEP * REFINE_MIN_STEP:
+            why.append(f"the bracket C={a:g} to {b:g} has no whole level inside")
+            continue
+        mid = int(round(math.sqrt(a * b)))
+        if a < mid < b and mid not in measured and mid not in new:
+            new.append(mid)
+            why.append(f"C={mid}: geometric midpoint of C={a:g} and {b:g} ({cross['direction']}, "
+                       f"interval {cross.get('ci95_text')}, hi/lo {'open' if math.isinf(width) else f'{width:.2f}'})")
+    for lv in levels:
+        conc = lv.get("concurrency")
+        if lv.get("verdict") == UNCLEAR and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
+            repeat.append(int(conc))
+            why.append(f"C={conc}: unclear (speedup {lv.get('speedup')} {lv.get('speedup_ci95')}), measured again")
+    widths = []
+    for cross in crossings:
+        lo, hi = (cross.get("ci95") or [None, None])
+        widths.append(None if not (lo and hi) else round(hi / lo, 3))
+    todo = sorted(set(new) | set(repeat))
+    room = max(0, max_new - refined)
+    if len(new) > room:
+        new = new[:room]
+        todo = sorted(set(new) | set(repeat))
+    cost = modes * (launch_cost_s + len(todo) * level_cost_s) if todo else 0.0
+    done, reason = False, ""
+    if crossings and all(w is not None and w < ratio for w in widths):
+        done, reason = True, f"every crossing's interval is within hi/lo {ratio:g}"
+    elif not crossings and not todo:
+        done, reason = True, f"no crossing to refine and no unclear level ({comparison.get('crossover_status')})"
+    elif not todo:
+        done = True
+        if all(w is not None and w < ratio for w in widths):
+            reason = f"every crossing's interval is within hi/lo {ratio:g}"
+        else:
+            reason = "nothing left to measure inside the brackets" + (f" (at most {max_new} added levels)" if room == 0 else "")
+    elif budget_s is not None and spent_s + cost > budget_s:
+        done, reason = True, (f"the next round (~{cost:.0f} s) would overrun compare_refine_budget_s={budget_s:g} "
+                              f"({spent_s:.0f} s spent)")
+    return {
+        "done": done,
+        "reason": reason,
+        "levels": [] if done else todo,
+        "new": [] if done else sorted(new),
+        "repeat": [] if done else sorted(repeat),
+        "why": why,
+        "widths": widths,
+        "ratio": ratio,
+        "cost_s": 0.0 if done else round(cost, 1),
+        "launches": 0 if done else modes,
+        "spent_s": round(spent_s, 1),
+        "text": (f"refinement done: {reason}" if done else
+                 f"refine: measure C={', '.join(map(str, todo))} in {modes} modes ({modes} launches, about {cost:.0f} s: "
+                 f"{len(todo)} level(s) x {level_cost_s:.0f} s warmup + window, + {launch_cost_s:.0f} s per launch); "
+                 + "; ".join(why)),
     }

@@ -50,6 +50,8 @@ CSV_COLUMNS = (
     "spec_tpot_ms",
     "spec_accept_length",
     "verdict",
+    "refined",
+    "launches",
     "errors",
 )
 
@@ -139,6 +141,8 @@ def render_csv(summary: dict) -> str:
                     _blank(s.get("tpot_ms")),
                     _blank(s.get("accept_length")),
                     lv.get("verdict"),
+                    bool(lv.get("refined")),
+                    lv.get("launches") or 1,
                     errors,
                 ]
             )
@@ -202,7 +206,14 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     lines.append("## Verdict")
     lines.append("")
     if spec:
-        lines.append(f"- **Crossover ({spec} vs {base})**: {_md(summary.get('crossover_text'))}.")
+        status = (summary.get("crossover_status") or "unknown").replace("_", " ")
+        lines.append(f"- **Crossover ({spec} vs {base}, {status})**: {_md(summary.get('crossover_text'))}.")
+        regs = summary.get("regions") or []
+        if regs:
+            lines.append("- **Regions**: " + "; ".join(
+                f"{r['verdict']} at C={r['from_concurrency']:g}"
+                + ("" if r["to_concurrency"] == r["from_concurrency"] else f" to {r['to_concurrency']:g}")
+                for r in regs) + ".")
     lines.append(f"- **Recommendation**: {_md(summary.get('recommendation'))}")
     for note in summary.get("notes") or []:
         lines.append(f"- Note: {_md(note)}")
@@ -293,8 +304,11 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     for lv in comp.get("levels") or []:
         b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
         errors = "; ".join(_md(e) for e in (b.get("error"), s.get("error")) if e) or ""
+        mark = " (refined)" if lv.get("refined") else ""
+        if (lv.get("launches") or 1) > 1:
+            mark += f" ({lv['launches']} launches)"
         lines.append(
-            f"| {lv['concurrency']} "
+            f"| {lv['concurrency']}{mark} "
             f"| {_with_ci(b.get('output_tok_per_s'), b.get('output_tok_per_s_ci95'))} "
             f"| {_with_ci(s.get('output_tok_per_s'), s.get('output_tok_per_s_ci95'))} "
             f"| {_with_ci(lv.get('speedup'), lv.get('speedup_ci95'), 3)} "
@@ -306,6 +320,10 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
             f"| {errors} |"
         )
     lines.append("")
+    if any(lv.get("refined") for lv in comp.get("levels") or []):
+        lines.append("(refined): a level added by compare_refine inside a bracket where the verdict changes. "
+                     "(N launches): pooled over N server launches.")
+        lines.append("")
     lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
     lines.append("")
     return lines

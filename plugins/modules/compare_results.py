@@ -76,6 +76,24 @@ options:
     description: Write the fleet index C(index.json) and C(index.md) for the run.
     type: bool
     default: true
+  refine:
+    description:
+      - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.
+      - C(<mode>@<tag>.json) files next to C(<mode>.json) are further runs of that mode (other launches,
+        refinement rounds C(refine<N>)) and are always pooled with it.
+    type: dict
+    suboptions:
+      ratio:
+        description: Refine until every crossing's 95% interval is narrower than this (hi/lo).
+        type: float
+        default: 1.3
+      budget_s:
+        description: Stop when the next round's estimated seconds would overrun this, counting the refinement rounds already run.
+        type: float
+      max_levels:
+        description: At most this many levels added per mode in all rounds together.
+        type: int
+        default: 4
 attributes:
   check_mode:
     support: full
@@ -132,6 +150,13 @@ hosts:
       report: gpu-node-1/report.md
 summaries:
   description: Per host, the full summary as written to summary.json.
+  returned: always
+  type: dict
+refine:
+  description:
+    - Per host, the next refinement round (with I(refine) set; else empty) - C(done), C(reason), C(levels)
+      (to measure in both modes), C(new), C(repeat), C(why), C(widths) (hi/lo per crossing), C(cost_s),
+      C(launches), C(spent_s), C(text).
   returned: always
   type: dict
 index:

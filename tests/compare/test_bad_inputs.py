@@ -18,6 +18,8 @@ CASES = [
     ({"bench_concurrency": [1, 0]}, "must be at least 1"),
     ({"bench_output_len": 0}, "bench_output_len"),
     ({"mode": "eagle3"}, "remove -e mode=eagle3"),
+    ({"compare_launches": 0}, "compare_launches must be a whole number from 1 to 10 (got 0)"),
+    ({"compare_refine_ratio": 1.0}, "compare_refine_ratio a number above 1, the hi/lo width to reach"),
     ({"engine": "external", "base_url": "http://127.0.0.1:9"}, "use bench.yml -e engine=external"),
 ]
 
@@ -29,7 +31,7 @@ def test_bad_values_are_refused_before_anything_runs(tmp_path, extravars, expect
     run = run_playbook(tmp_path, "playbooks/compare.yml", inventory({"node-a": node_vars(node, free_port())}),
                        extravars={"results_dir": str(results), "run_id": "bad", **extravars}, timeout=120)
     assert run.rc != 0
-    messages = " ".join(m for _, _, m in run.failures())
+    messages = " ".join(m for _unused1, _unused2, m in run.failures())
     flat = " ".join(messages.split())
     assert " ".join(expected.split()) in flat, messages
     # Nothing ran: no teardown, no launch, no results, nothing on the node.

@@ -101,7 +101,7 @@ def test_compare_runs_every_mode_on_two_hosts_at_once_and_succeeds(accuracy_run)
     [("kimi", KIMI, KIMI_LEVELS, (256, 256)), ("llama", LLAMA, LLAMA_LEVELS, (64, 64))],
 )
 def test_crossover_matches_the_emulators_analytic_model_within_one_level(accuracy_run, host, profile, levels, lengths):
-    _, run_dir, _ = accuracy_run
+    _unused1, run_dir, _unused2 = accuracy_run
     found = summary(run_dir, host)
     truth = truth_crossover(profile, *lengths)
     assert found["complete"], found["incomplete_reasons"]
@@ -113,7 +113,7 @@ def test_crossover_matches_the_emulators_analytic_model_within_one_level(accurac
 
 
 def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(accuracy_run):
-    _, run_dir, _ = accuracy_run
+    _unused1, run_dir, _unused2 = accuracy_run
     for host in ("kimi", "llama"):
         text = (run_dir / host / "report.md").read_text()
         assert text.index("## Confounders") < text.index("## Verdict") < text.index("## Plots")
@@ -125,7 +125,7 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
 
 
 def test_set_stats_carries_the_summary_for_awx(accuracy_run):
-    run, run_dir, _ = accuracy_run
+    run, run_dir, _unused1 = accuracy_run
     stats = run.artifact_stats()["specbench_compare"]
     assert stats["run_id"] == "acc" and stats["incomplete_hosts"] == []
     for host in ("kimi", "llama"):
@@ -138,7 +138,7 @@ def test_set_stats_carries_the_summary_for_awx(accuracy_run):
 
 
 def test_the_recommended_adaptive_table_tracks_the_better_of_the_two_modes(accuracy_run):
-    _, run_dir, _ = accuracy_run
+    _unused1, run_dir, _unused2 = accuracy_run
     found = summary(run_dir, "kimi")
     assert found["modes"] == ["baseline", "eagle3", "eagle3-adaptive"] and found["spec_mode"] == "eagle3"
     tracking = found["tracking"]
@@ -148,7 +148,7 @@ def test_the_recommended_adaptive_table_tracks_the_better_of_the_two_modes(accur
 
 
 def test_the_server_settings_were_identical_in_both_modes(accuracy_run):
-    _, run_dir, _ = accuracy_run
+    _unused1, run_dir, _unused2 = accuracy_run
     for host in ("kimi", "llama"):
         found = summary(run_dir, host)
         kinds = {c["kind"] for c in found["confounders"]}
@@ -207,7 +207,7 @@ def test_a_fleet_with_failures_fails_only_after_every_report_is_written(fault_ru
     index = json.loads((run_dir / "index.json").read_text())
     assert set(index["hosts"]) == set(FAULT_HOSTS)
     assert index["hosts_complete"] == 0
-    final = [m for _, t, m in run.failures() if "Fail when a mode or a host did not complete" in t]
+    final = [m for _unused1, t, m in run.failures() if "Fail when a mode or a host did not complete" in t]
     assert final and "Incomplete comparison on" in final[0]
     stats = run.artifact_stats()["specbench_compare"]
     assert set(stats["incomplete_hosts"]) == set(FAULT_HOSTS)
@@ -216,7 +216,7 @@ def test_a_fleet_with_failures_fails_only_after_every_report_is_written(fault_ru
 
 
 def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_incomplete_report(fault_run):
-    _, run_dir = fault_run
+    _unused1, run_dir = fault_run
     found = summary(run_dir, "faulty")
     assert found["status"] == "incomplete"
     assert found["series"]["baseline"][0]["output_tok_per_s"] > 0
@@ -231,7 +231,7 @@ def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_inco
 
 
 def test_a_crash_mid_sweep_keeps_the_levels_measured_before_it(fault_run):
-    _, run_dir = fault_run
+    _unused1, run_dir = fault_run
     spec = json.loads((run_dir / "faulty" / "ngram.json").read_text())
     measured = [lv for lv in spec["levels"] if lv.get("output_tok_per_s")]
     assert measured and measured[0]["concurrency"] == 1
@@ -253,7 +253,7 @@ def test_a_teardown_that_cannot_clean_stops_the_host_before_the_next_mode_launch
     assert "GPUs not clean" in outcome["baseline"]["teardown_error"]
     assert outcome["eagle3"]["status"] == "skipped"
     assert "teardown after baseline could not make the GPUs clean" in outcome["eagle3"]["error"]
-    launches = [t for h, t, _ in run.results("runner_on_ok") if h == "dirty" and "Start the server" in t]
+    launches = [t for h, t, _unused1 in run.results("runner_on_ok") if h == "dirty" and "Start the server" in t]
     assert len(launches) == 1  # baseline only: eagle3 was never launched
     found = summary(run_dir, "dirty")
     assert any(c["kind"] == "gpu_not_clean" for c in found["confounders"])

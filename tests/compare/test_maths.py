@@ -7,7 +7,7 @@ import math
 import random
 
 import pytest
-from compare_synth import analytic_results, level, log_interp, result
+from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
@@ -45,11 +45,11 @@ def test_ratio_interval_covers_the_true_ratio_about_95_percent_of_the_time():
     rng = random.Random(7)
     true_num, true_den, rel_se = 120.0, 100.0, 0.03
     trials, hits = 4000, 0
-    for _ in range(trials):
+    for _unused1 in range(trials):
         num = rng.gauss(true_num, true_num * rel_se)
         den = rng.gauss(true_den, true_den * rel_se)
         half_n, half_d = 1.96 * true_num * rel_se, 1.96 * true_den * rel_se
-        _, ci = cmp.ratio_ci(num, [num - half_n, num + half_n], den, [den - half_d, den + half_d])
+        _unused1, ci = cmp.ratio_ci(num, [num - half_n, num + half_n], den, [den - half_d, den + half_d])
         hits += ci[0] <= true_num / true_den <= ci[1]
     assert 0.93 <= hits / trials <= 0.97
 
@@ -81,16 +81,105 @@ def rows(points):
     return [{"concurrency": c, "speedup": s, "speedup_ci95": ci} for c, s, ci in points]
 
 
-def test_crossover_is_interpolated_on_log_concurrency_with_an_interval_from_the_interval_ends():
-    cross = cmp.crossover(rows([(1, 1.2, [1.15, 1.25]), (2, 1.05, [1.0, 1.1]), (5, 0.9, [0.85, 0.95]), (10, 0.6, [0.55, 0.65])]))
+def tight(value, rel=0.04):
+    return (value, [value * (1 - rel), value * (1 + rel)])
+
+
+def series(points):
+    """(concurrency, speedup) or (concurrency, speedup, ci) -> crossover rows (+-4% by default)."""
+    out = []
+    for p in points:
+        c, s = p[0], p[1]
+        ci = p[2] if len(p) > 2 else tight(s)[1]
+        out.append((c, s, ci))
+    return rows(out)
+
+
+def test_the_noisy_first_level_does_not_flip_the_verdict_the_crossover_lies_between_10_and_30():
+    cross = cmp.crossover(series([(1, 0.98, [0.90, 1.07]), (2, 1.3), (5, 1.4), (10, 1.2), (30, 0.9), (70, 0.7)]))
     assert cross["status"] == "crosses"
-    assert cross["concurrency"] == pytest.approx(log_interp(2, 1.05, 5, 0.9), abs=1e-3)
-    lo, hi = cross["ci95"]
-    assert lo == pytest.approx(log_interp(1, 1.15, 2, 1.0 - 1e-12), abs=1e-2)  # the lower curve reaches 1 at C=2
-    assert hi == pytest.approx(log_interp(2, 1.1, 5, 0.95), abs=1e-3)
-    assert lo < cross["concurrency"] < hi
-    assert cross["bracket"] == [2.0, 5.0]
-    assert "stops paying at concurrency" in cross["text"]
+    assert 10 < cross["concurrency"] < 30
+    assert cross["bracket"] == [10.0, 30.0]
+    assert [(r["from_concurrency"], r["to_concurrency"], r["verdict"]) for r in cross["regions"]] == [
+        (1, 10, "pays"), (30, 70, "loses")]
+    lo, hi = cross["ci95"][0], cross["ci95"][1]
+    assert 10 < lo < cross["concurrency"] < hi < 30
+    assert any("C=1" in n and "unclear" in n for n in cross["notes"])
+    rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
+    assert rec["speculate_below"] == math.ceil(cross["concurrency"])
+    assert rec["text"].startswith("Speculate (eagle3) below concurrency")
+
+
+def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concurrency():
+    cross = cmp.crossover(series([(1, 1.3), (2, 1.2), (5, 0.8), (10, 0.85), (30, 1.2), (70, 1.15)]))
+    assert cross["status"] == "multiple"
+    assert [r["verdict"] for r in cross["regions"]] == ["pays", "loses", "pays"]
+    assert cross["regions"][-1]["to_concurrency"] == 70
+    stops, starts = cross["crossings"]
+    assert stops["direction"] == "stops_paying" and 2 < stops["concurrency"] < 5
+    assert starts["direction"] == "starts_paying" and 10 < starts["concurrency"] < 30
+    # crossover_concurrency: where the lowest-concurrency paying region ends.
+    assert cross["concurrency"] == stops["concurrency"]
+    rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
+    lo_edge, hi_edge = math.ceil(stops["concurrency"]), math.ceil(starts["concurrency"])
+    assert rec["speculate_ranges"] == [[1, lo_edge], [hi_edge, None]]
+    assert f"below {lo_edge} and again from {hi_edge}" in rec["text"]
+    table = {int(k): v for k, v in rec["adaptive_table"].items()}
+    assert table[lo_edge] == [0] and any(s > 0 for s in table[hi_edge]) and any(s > 0 for s in table[1])
+    # Off at and above lo_edge up to hi_edge, on again from hi_edge: the batch size picks the row.
+
+    def row(bs):
+        return table[max(k for k in table if k <= bs)]
+    assert row(lo_edge + 1) == [0] and row(hi_edge - 1) == [0] and any(s > 0 for s in row(70))
+
+
+def test_losing_at_small_batches_and_paying_at_moderate_ones_is_multiple_too():
+    cross = cmp.crossover(series([(1, 0.7), (2, 0.8), (5, 1.2), (10, 1.3), (30, 1.1), (70, 0.8)]))
+    assert cross["status"] == "multiple"
+    assert [r["verdict"] for r in cross["regions"]] == ["loses", "pays", "loses"]
+    assert 30 < cross["concurrency"] < 70  # the paying region (the lowest one) ends there
+    rec = cmp.recommendation(cross, "eagle3", [1, 70])
+    assert rec["adaptive_table"]["1"] == [0] and rec["speculate_ranges"][0][0] in (3, 4, 5)
+
+
+def test_pays_everywhere_and_never_pays_are_said_as_such_without_a_number():
+    everywhere = cmp.crossover(rows([(1, 2.0, [1.9, 2.1]), (10, 1.5, [1.4, 1.6]), (100, 1.1, [1.05, 1.15])]))
+    assert everywhere["status"] == "pays_everywhere" and everywhere["concurrency"] is None
+    assert everywhere["ci95"] is None and "every level measured, up to C=100" in everywhere["text"]
+    never = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65]), (30, 0.98, [0.9, 1.05])]))
+    assert never["status"] == "never_pays" and never["concurrency"] is None
+    assert [r["verdict"] for r in never["regions"]] == ["loses"]  # the unclear last level joins it
+    assert "never pays" in never["text"] and "C=1" in never["text"]
+
+
+def test_unclear_everywhere_is_unclear_and_gives_no_advice():
+    cross = cmp.crossover(rows([(1, 1.01, [0.9, 1.1]), (10, 0.99, [0.9, 1.1])]))
+    assert cross["status"] == "unclear" and cross["concurrency"] is None
+    assert cmp.recommendation(cross, "eagle3", [1, 10])["adaptive_table"] is None
+
+
+def test_a_missing_level_in_the_middle_is_skipped_and_named():
+    levels = series([(1, 1.3), (2, 1.2), (10, 0.8), (30, 0.7)])
+    levels.insert(2, {"concurrency": 5, "speedup": None, "speedup_ci95": None})
+    cross = cmp.crossover(levels)
+    assert cross["status"] == "crosses" and cross["bracket"] == [2.0, 10.0]
+    assert 2 < cross["concurrency"] < 10
+    assert any("C=5 has no speedup" in n for n in cross["notes"])
+
+
+def test_an_unclear_level_between_paying_and_losing_levels_is_the_transition():
+    cross = cmp.crossover(series([(1, 1.3), (2, 1.05, [0.95, 1.15]), (5, 0.98, [0.9, 1.07]), (10, 0.8)]))
+    assert cross["status"] == "crosses"
+    assert [r["verdict"] for r in cross["regions"]] == ["pays", "unclear", "loses"]
+    assert 2 < cross["concurrency"] < 5  # the point estimates cross between C=2 and C=5
+    lo, hi = cross["ci95"][0], cross["ci95"][1]
+    assert 1 <= lo and hi <= 10
+
+
+def test_a_losing_level_between_paying_ones_is_a_real_flip():
+    cross = cmp.crossover(series([(1, 1.2), (2, 0.9), (5, 1.1)]))
+    assert cross["status"] == "multiple"
+    assert any("no interval" in n for n in cmp.crossover(rows([(1, 1.2, None), (2, 0.9, None)]))["notes"])
 
 
 def test_speedup_of_exactly_one_still_counts_as_paying():
@@ -98,33 +187,27 @@ def test_speedup_of_exactly_one_still_counts_as_paying():
     assert cross["status"] == "crosses" and cross["concurrency"] == pytest.approx(1.0)
 
 
-def test_pays_at_every_level_and_never_pays_are_said_as_such_without_a_number():
-    everywhere = cmp.crossover(rows([(1, 2.0, [1.9, 2.1]), (10, 1.5, [1.4, 1.6]), (100, 1.1, [1.05, 1.15])]))
-    assert everywhere["status"] == "pays_everywhere" and everywhere["concurrency"] is None
-    assert everywhere["ci95"] is None and "every level measured, up to C=100" in everywhere["text"]
-    never = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65])]))
-    assert never["status"] == "never_pays" and never["concurrency"] is None
-    assert "never pays" in never["text"] and "C=1" in never["text"]
+def test_the_crossover_interval_is_a_bootstrap_through_the_interpolation_not_an_envelope():
+    # Levels 2 and 70 only: the old envelope gave "13.6 to 23.4"; the bootstrap's interval holds
+    # the point, is seeded (the same twice), and widens as the levels' intervals widen.
+    narrow = cmp.crossover(rows([(2, 1.3, [1.25, 1.35]), (70, 0.8, [0.77, 0.83])]))
+    again = cmp.crossover(rows([(2, 1.3, [1.25, 1.35]), (70, 0.8, [0.77, 0.83])]))
+    wide = cmp.crossover(rows([(2, 1.3, [1.1, 1.5]), (70, 0.8, [0.68, 0.93])]))
+    assert narrow["ci95"] == again["ci95"]
+    assert narrow["ci95"][0] < narrow["concurrency"] < narrow["ci95"][1]
+    assert wide["ci95"][1] / wide["ci95"][0] > narrow["ci95"][1] / narrow["ci95"][0]
+    assert "compare_refine" in cmp.recommendation(narrow, "eagle3", [2, 70])["text"]
 
 
 def test_open_interval_ends_are_none_and_named_in_words():
-    # The lower end is below 1 from the first level: the interval is open below.
-    cross = cmp.crossover(rows([(1, 1.02, [0.97, 1.07]), (2, 0.93, [0.9, 0.96])]))
-    assert cross["status"] == "crosses" and cross["ci95"][0] is None
-    assert cross["ci95_text"].startswith("below C=1")
-    # The upper end never drops below 1: open above.
-    cross = cmp.crossover(rows([(10, 1.2, [1.1, 1.3]), (20, 0.98, [0.9, 1.06]), (40, 0.99, [0.92, 1.05])]))
-    assert cross["ci95"][1] is None and cross["ci95_text"].endswith("above C=40")
-    # Even the upper end is below 1 at the first level: never pays, the interval closes there.
-    never = cmp.crossover(rows([(4, 0.5, [0.45, 0.55]), (8, 0.4, [0.35, 0.45])]))
-    assert never["ci95"] == [None, 4.0]
-
-
-def test_a_speedup_that_comes_back_above_one_is_noted():
-    cross = cmp.crossover(rows([(1, 1.2, None), (2, 0.9, None), (5, 1.1, None)]))
-    assert cross["status"] == "crosses"
-    assert any("comes back to 1 or more at C=5" in n for n in cross["notes"])
-    assert any("no interval" in n for n in cross["notes"])
+    # Two levels both near 1 with wide intervals: many draws find no crossing below C=1 or none
+    # up to C=2, so both ends are open.
+    lo, hi = cmp.crossing_interval([1.0, 2.0], [1.02, 0.99], [0.05, 0.05], 0, 1, cmp.STOPS)
+    assert lo is None and hi is None
+    assert cmp._ci_text(lo, hi, 1, 2) == "below C=1 to above C=2"
+    # Clear levels: both ends closed, inside the bracket.
+    lo, hi = cmp.crossing_interval([1.0, 2.0], [1.3, 0.7], [0.02, 0.02], 0, 1, cmp.STOPS)
+    assert 1 < lo < hi < 2
 
 
 def test_no_common_level_gives_an_unknown_crossover():
@@ -239,12 +322,12 @@ def test_a_level_with_a_wide_interval_is_flagged_as_noisy():
 
 
 def test_a_clean_fair_run_has_no_confounders():
-    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    base, spec, _unused1 = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
     assert cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") == []
 
 
 def test_summary_has_the_fields_awx_and_the_report_rely_on():
-    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    base, spec, _unused1 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run")
     for key in ("crossover_concurrency", "crossover_ci95", "recommendation", "levels", "confounders", "complete",
                 "speculate_below", "adaptive_config", "series", "comparisons"):
@@ -262,7 +345,7 @@ def test_summary_has_the_fields_awx_and_the_report_rely_on():
 
 
 def test_a_missing_mode_or_lost_levels_mark_the_summary_incomplete_but_keep_what_was_measured():
-    base, spec, _ = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
+    base, spec, _unused1 = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
     spec["levels"] = spec["levels"][:2]  # crashed before C=100
     spec["error"] = "C=100: the server closed the connection mid-response"
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run", modes=["baseline", "eagle3"])
@@ -284,7 +367,7 @@ def test_the_baseline_must_be_among_the_modes():
 
 
 def test_an_adaptive_mode_is_checked_against_the_better_of_the_two():
-    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
+    base, spec, _unused1 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5])
     adaptive = result("eagle3-adaptive", [
         level(lv["concurrency"], max(b["output_tok_per_s"], s["output_tok_per_s"]) * 0.99)
         for lv, b, s in zip(base["levels"], base["levels"], spec["levels"], strict=True)
@@ -296,3 +379,20 @@ def test_an_adaptive_mode_is_checked_against_the_better_of_the_two():
     assert summary["tracking"]["levels"][0]["better_mode"] == "eagle3"
     assert summary["tracking"]["levels"][1]["better_mode"] == "baseline"
     assert set(summary["comparisons"]) == {"eagle3", "eagle3-adaptive"}
+
+
+def test_launches_are_pooled_so_launch_to_launch_variation_widens_the_interval():
+    first = result("eagle3", [level(10, 1000.0, rel_half=0.01), level(30, 900.0, rel_half=0.01)])
+    second = result("eagle3", [level(10, 1100.0, rel_half=0.01)])
+    refined = result("eagle3", [level(20, 950.0, rel_half=0.01)])
+    pooled = cmp.pool_runs([("launch1", first), ("launch2", second), ("refine1", refined)])
+    by_conc = {lv["concurrency"]: lv for lv in pooled["levels"]}
+    ten = by_conc[10]
+    assert ten["launches"] == 2 and not ten["refined"] and ten["output_tok_per_s"] == 1050.0
+    lo, hi = ten["output_tok_per_s_ci95"]
+    assert lo < 1000.0 and hi > 1100.0  # the two launches disagree by far more than either's interval
+    assert ten["ci_method"].startswith("pooled over 2 launches")
+    assert by_conc[20]["refined"] and by_conc[20]["launches"] == 1
+    assert by_conc[30]["launches"] == 1 and not by_conc[30]["refined"]
+    assert [r["tag"] for r in pooled["runs"]] == ["launch1", "launch2", "refine1"]
+    assert cmp.split_run_name("eagle3@refine2") == ("eagle3", "refine2") and cmp.split_run_name("eagle3") == ("eagle3", None)

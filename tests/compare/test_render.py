@@ -15,7 +15,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def kimi_summary(**kw) -> dict:
-    base, spec, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5, 10])
+    base, spec, _unused1 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 5, 10])
     return cmp.summarize_host({"baseline": base, "eagle3": spec}, "node-a", "run-1", **kw)
 
 
@@ -45,7 +45,7 @@ def test_report_puts_confounders_first_then_the_verdict_tables_and_the_adaptive_
 
 
 def test_an_incomplete_report_says_so_at_the_top():
-    base, _, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2])
+    base, _unused1, _unused2 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2])
     summary = cmp.summarize_host({"baseline": base}, "node-a", "run-1", modes=["baseline", "eagle3"],
                                  outcomes={"eagle3": {"status": "failed", "error": "launch of eagle3: exited at startup"}})
     text = rep.render_markdown(summary)
@@ -64,7 +64,7 @@ def test_plots_are_pngs_for_throughput_per_stream_and_speedup(tmp_path):
 
 
 def test_plots_cope_with_a_mode_that_has_no_throughput(tmp_path):
-    base, _, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2])
+    base, _unused1, _unused2 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2])
     spec = result("eagle3", [level(1, None, error="every request failed")])
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node-a", "run-1")
     assert set(rep.render_plots(summary, str(tmp_path), dpi=50)) == {"throughput", "per_stream", "speedup"}

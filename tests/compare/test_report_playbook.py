@@ -22,7 +22,7 @@ def saved_run(tmp_path):
     results = tmp_path / "results"
     base, spec, truth = analytic_results("llama-3.1-8b-1x-h100", [8, 16, 32, 64, 128])
     a = write_run(results, "run-1", "node-a", {"baseline": base, "eagle3": spec})
-    base_b, _, _ = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 4])
+    base_b, _unused1, _unused2 = analytic_results("kimi-k2.5-8x-rtx-pro-6000", [1, 2, 4])
     b = write_run(results, "run-1", "node-b", {"baseline": base_b})
     (b / "compare-run.json").write_text(json.dumps({
         "run_id": "run-1", "host": "node-b", "baseline": "baseline", "modes": ["baseline", "eagle3"],
@@ -58,7 +58,7 @@ def test_report_re_renders_every_host_keeps_recorded_failures_and_never_touches_
 
 
 def test_report_in_check_mode_writes_nothing(tmp_path, saved_run):
-    results, a, _, _ = saved_run
+    results, a, _unused1, _unused2 = saved_run
     run = run_playbook(tmp_path, "playbooks/report.yml", extravars={"run_id": "run-1", "results_dir": str(results)},
                        check=True)
     assert run.rc == 0, run.stdout
@@ -69,11 +69,11 @@ def test_report_of_an_unknown_run_names_the_runs_there(tmp_path, saved_run):
     results = saved_run[0]
     run = run_playbook(tmp_path, "playbooks/report.yml", extravars={"run_id": "run-9", "results_dir": str(results)})
     assert run.rc != 0
-    (msg,) = [m for _, _, m in run.failures()]
+    (msg,) = [m for _unused1, _unused2, m in run.failures()]
     assert "no results for run run-9" in msg and "runs there: run-1" in msg and "-e run_id=" in msg
 
 
 def test_report_without_a_run_id_says_how_to_give_one(tmp_path, saved_run):
     run = run_playbook(tmp_path, "playbooks/report.yml", extravars={"results_dir": str(saved_run[0])})
     assert run.rc != 0
-    assert any("give -e run_id=" in m for _, _, m in run.failures())
+    assert any("give -e run_id=" in m for _unused1, _unused2, m in run.failures())

@@ -52,7 +52,7 @@ def closed_loop_throughput(
             if not stop.is_set():
                 errors.append(exc)
 
-    threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=loop, daemon=True) for _unused1 in range(concurrency)]
     for t in threads:
         t.start()
     time.sleep(warmup_s)

@@ -26,15 +26,15 @@ def sse_events(raw: bytes) -> list:
 
 def test_models_model_info_and_server_info(emulator):
     emu = emulator(*LLAMA, "--served-model-name", "llama-8b", "--max-running-requests", "64")
-    status, _, body = http("GET", emu.base_url + "/v1/models")
+    status, _unused1, body = http("GET", emu.base_url + "/v1/models")
     assert status == 200
     models = json.loads(body)
     assert models["object"] == "list"
     assert models["data"][0]["id"] == "llama-8b" and models["data"][0]["owned_by"] == "sglang"
-    status, _, body = http("GET", emu.base_url + "/get_model_info")
+    status, _unused1, body = http("GET", emu.base_url + "/get_model_info")
     info = json.loads(body)
     assert info["model_path"] == "test/model" and info["is_generation"] is True
-    status, _, body = http("GET", emu.base_url + "/get_server_info")
+    status, _unused1, body = http("GET", emu.base_url + "/get_server_info")
     server = json.loads(body)
     assert server["version"] == "0.5.23+specbench-emulator"
     assert server["tp_size"] == 1 and server["max_running_requests"] == 64
@@ -72,7 +72,7 @@ def test_chat_stream_with_usage_and_non_stream(emulator):
     assert usage["usage"]["prompt_tokens"] == 3 + 3 + 1  # words plus the chat template's tokens
     body.update(stream=False)
     body.pop("stream_options")
-    status, _, raw = http("POST", emu.base_url + "/v1/chat/completions", body)
+    status, _unused1, raw = http("POST", emu.base_url + "/v1/chat/completions", body)
     full = json.loads(raw)
     assert full["object"] == "chat.completion"
     assert len(full["choices"][0]["message"]["content"].split()) == 7
@@ -89,7 +89,7 @@ def test_completions_stream_and_eos(emulator):
     assert not any(e["usage"] for e in events[:-1])  # no usage chunk unless asked
     # Without ignore_eos outputs end early at random lengths (why benchmarks set it).
     lengths = []
-    for _ in range(12):
+    for _unused1 in range(12):
         raw = http("POST", emu.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 400})[2]
         lengths.append(json.loads(raw)["usage"]["completion_tokens"])
     assert min(lengths) < 400
@@ -187,7 +187,7 @@ def test_flush_cache_refused_while_requests_run(emulator):
     worker = threading.Thread(target=http, args=("POST", emu.base_url + "/generate", body))
     worker.start()
     time.sleep(0.3)
-    status, _, raw = http("POST", emu.base_url + "/flush_cache")
+    status, _unused1, raw = http("POST", emu.base_url + "/flush_cache")
     assert status == 400 and b"not be performed" in raw
     worker.join()
     assert http("GET", emu.base_url + "/flush_cache")[0] == 200
@@ -195,9 +195,9 @@ def test_flush_cache_refused_while_requests_run(emulator):
 
 def test_bad_requests_get_openai_errors(emulator):
     emu = emulator(*LLAMA)
-    status, _, raw = http("POST", emu.base_url + "/v1/chat/completions", {"messages": []})
+    status, _unused1, raw = http("POST", emu.base_url + "/v1/chat/completions", {"messages": []})
     assert status == 400 and json.loads(raw)["object"] == "error"
-    status, _, raw = http("POST", emu.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 200_000})
+    status, _unused1, raw = http("POST", emu.base_url + "/v1/completions", {"prompt": "x", "max_tokens": 200_000})
     assert status == 400 and "maximum context length" in json.loads(raw)["message"]
     assert http("GET", emu.base_url + "/nope")[0] == 404
 

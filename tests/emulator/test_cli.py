@@ -51,7 +51,7 @@ def test_adaptive_config_is_a_path_not_inline_json():
 
 
 def test_adaptive_falls_back_to_static_steps_with_topk_above_one():
-    _, cfg = resolved(
+    _unused1, cfg = resolved(
         "--tp-size",
         "8",
         "--speculative-algorithm",
@@ -78,7 +78,7 @@ def test_nextn_uses_the_model_path_as_its_draft():
 def test_ngram_takes_draft_tokens_alone():
     args, cfg = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "8")
     assert cfg["spec"].num_draft_tokens == 8 and cfg["spec"].num_steps == 7
-    _, cfg = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM")
+    _unused1, cfg = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM")
     assert cfg["spec"].num_draft_tokens == 12
 
 

@@ -130,7 +130,7 @@ def _status(emu):
 def test_fault_crash_after_n_requests(emulator):
     emu = emulator(*LLAMA2, "--emulator-crash-after", "3")
     body = {"text": "x", "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}
-    for _ in range(3):
+    for _unused1 in range(3):
         assert http("POST", emu.base_url + "/generate", body)[0] == 200
     with pytest.raises(OSError):
         http("POST", emu.base_url + "/generate", body, timeout=10)

@@ -54,7 +54,7 @@ def test_accept_length_draws_match_their_mean():
 
     rng = random.Random(1)
     q_eff, steps = 0.6, 3
-    draws = [model.draw_accept(rng, q_eff, steps) for _ in range(200_000)]
+    draws = [model.draw_accept(rng, q_eff, steps) for _unused1 in range(200_000)]
     assert sum(draws) / len(draws) == pytest.approx(model.mean_accept_length(q_eff, steps), rel=0.01)
     assert min(draws) == 1 and max(draws) == steps + 1
 
@@ -65,7 +65,7 @@ def test_expected_steps_matches_simulation():
     rng = random.Random(2)
     q_eff, steps, tokens = 0.7, 3, 255
     runs = []
-    for _ in range(4000):
+    for _unused1 in range(4000):
         n = done = 0
         while done < tokens:
             done += model.draw_accept(rng, q_eff, steps)

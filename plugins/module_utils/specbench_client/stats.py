@@ -55,3 +55,54 @@ def mean_ci95(samples: list[float]) -> tuple[float, list[float] | None]:
     var = math.fsum((x - mean) ** 2 for x in samples) / (n - 1)
     half = t975(n - 1) * math.sqrt(var / n)
     return mean, [mean - half, mean + half]
+
+
+def integrated_autocorr_time(samples) -> float:
+    """tau = 1 + 2 * sum of autocorrelations, by Geyer's initial positive sequence (at least 1).
+
+    Sums of autocovariances at lags (2m, 2m + 1) are added while positive and made non-increasing:
+    a consistent, conservative estimate for stationary, reversible series such as a closed-loop
+    server's token rate.
+    """
+    n = len(samples)
+    if n < 4:
+        return 1.0
+    mean = math.fsum(samples) / n
+    dev = [x - mean for x in samples]
+    gamma0 = math.fsum(d * d for d in dev) / n
+    if gamma0 <= 0:
+        return 1.0
+
+    def gamma(lag):
+        return math.fsum(dev[i] * dev[i + lag] for i in range(n - lag)) / n
+
+    total, last, m = -gamma0, math.inf, 0
+    while 2 * m + 1 < n // 2:
+        pair = gamma(2 * m) + gamma(2 * m + 1)
+        if pair <= 0:
+            break
+        pair = min(pair, last)
+        total += 2 * pair
+        last, m = pair, m + 1
+    return max(1.0, total / gamma0)
+
+
+def ess_mean_ci95(samples, max_effective: float | None = None) -> tuple[float, list[float] | None, float]:
+    """Mean, its 95 % interval for autocorrelated samples, and the effective sample size.
+
+    n_eff = n / tau (``integrated_autocorr_time``), capped at ``max_effective`` when given (the
+    number of independent stretches the caller knows the series holds); the interval is
+    mean +- t(n_eff - 1) * s / sqrt(n_eff). No interval from fewer than two samples.
+    """
+    n = len(samples)
+    mean = math.fsum(samples) / n if n else 0.0
+    if n < 2:
+        return mean, None, float(n)
+    tau = integrated_autocorr_time(samples)
+    n_eff = n / tau
+    if max_effective is not None:
+        n_eff = min(n_eff, max_effective)
+    n_eff = max(2.0, n_eff)
+    var = math.fsum((x - mean) ** 2 for x in samples) / (n - 1)
+    half = t975(max(1, int(n_eff) - 1)) * math.sqrt(var / n_eff)
+    return mean, [mean - half, mean + half], n_eff

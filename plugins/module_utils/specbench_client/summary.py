@@ -6,12 +6,17 @@ the client's own load, and the warnings that make figures suspect.
 """
 from __future__ import annotations
 
+import math
 from array import array
 
 from .settings import parse_base_url
-from .stats import mean_ci95, summary
+from .stats import ess_mean_ci95, mean_ci95, summary
 
 FINE_BINS_PER_BATCH = 50
+# Bins of the effective-sample-size interval per window.
+ESS_BINS = 50
+# Batches tied to the request duration: at least this many per window (a shorter window is flagged).
+MIN_EFFECTIVE_STRETCHES = 5
 
 BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
 READ_LAG_LIMIT_S = 0.010  # reads this far behind the data's arrival, on average: the client lags
@@ -64,7 +69,51 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
     raw["window_end"] = ws + window
     per = usable // batches
     rates = [sum(window_bins[i * per:(i + 1) * per]) / (per * bin_w) for i in range(batches)]
+    raw["window_fine"] = [b / bin_w for b in window_bins]
     return sum(window_bins) / window, rates, window
+
+
+def single_window_ci(raws: list[dict], batch_rates: list[float], window: float) -> tuple[list[float] | None, str]:
+    """The 95 % interval of one window's rate, valid for autocorrelated samples, and its method.
+
+    The widest of (a) batch means over the window's batches, (b) batch means over batches at
+    least one mean request duration long (rates less than a request apart share most of their
+    requests; at least MIN_EFFECTIVE_STRETCHES batches, the window permitting) and (c) the fine
+    bins' mean with an effective-sample-size correction (n_eff = bins / tau, Geyer's initial
+    positive sequence) over ESS_BINS bins.
+    """
+    fine = next((r.get("window_fine") for r in raws if r.get("window_fine")), None) or []
+    e2e = [v for r in raws for v in r["e2e"]]
+    duration = sum(e2e) / len(e2e) if e2e else None
+    stretches = window / duration if duration else None
+    batch_ci = mean_ci95(batch_rates)[1]
+    tied_ci, n_tied = None, 0
+    if fine and stretches is not None:
+        n_tied = max(MIN_EFFECTIVE_STRETCHES, min(len(batch_rates) or 10, int(stretches)))
+        per = len(fine) // n_tied
+        if per >= 1:
+            tied = [sum(fine[i * per:(i + 1) * per]) / per for i in range(n_tied)]
+            tied_ci = mean_ci95(tied)[1]
+    ess_ci, n_eff = None, 0.0
+    # The fine bins grouped into at most ESS_BINS bins of at least 4 inter-token latencies (a few
+    # decode steps): the steps' bursts of tokens do not pass for noise, the autocorrelation shows.
+    itl = [v for r in raws for v in r["itl"]]
+    step = sum(itl) / len(itl) if itl else 0.0
+    group = max(1, len(fine) // ESS_BINS, int(math.ceil(4 * step * len(fine) / window)) if window > 0 else 1)
+    coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
+    if len(coarse) >= 4:
+        unused, ess_ci, n_eff = ess_mean_ci95(coarse)
+    named = [("batch means", batch_ci), ("request-length batches", tied_ci), ("effective sample size", ess_ci)]
+    named = [(n, c) for n, c in named if c]
+    if not named:
+        return None, None
+    which, ci = max(named, key=lambda nc: nc[1][1] - nc[1][0])
+    method = (f"{which}, the widest of: batch means over {len(batch_rates)} batches of "
+              f"{window / max(1, len(batch_rates)):.3g} s"
+              + (f"; {n_tied} batches of {window / n_tied:.3g} s, tied to the request duration "
+                 f"({duration:.3g} s)" if tied_ci else "")
+              + f"; an effective-sample-size t-interval over {len(coarse)} bins (n_eff {n_eff:.1f})")
+    return ci, method
 
 
 def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
@@ -104,8 +153,7 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         mean, ci = mean_ci95(rates)
         method = f"t-interval over {len(rates)} repeats"
     elif rates:
-        mean, ci = rates[0], mean_ci95(batch_rates)[1]
-        method = f"batch means, {len(batch_rates)} batches of {windows[0] / len(batch_rates):.3g} s"
+        mean, ci, method = rates[0], *single_window_ci(raws, batch_rates, windows[0])
     else:
         mean, ci, method = None, None, None
     level["output_tok_per_s"] = round(mean, 3) if mean is not None else None
@@ -179,6 +227,11 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     if server_rate and mean and abs(mean / server_rate - 1) > 0.1:
         warnings.append(f"the server counted {server_rate:.1f} generated tok/s in the window, the client "
                         f"{mean:.1f}: other clients on the server, or a client bottleneck")
+    e2e_mean = level["e2e_ms"]["mean"] / 1000.0 if level["e2e_ms"] else None
+    if len(windows) == 1 and e2e_mean and windows[0] / e2e_mean < MIN_EFFECTIVE_STRETCHES:
+        warnings.append(f"the window ({windows[0]:.3g} s) covers only {windows[0] / e2e_mean:.1f} request durations "
+                        f"({e2e_mean:.3g} s each): its interval cannot see slower swings; lengthen the window or "
+                        "measure across launches (compare_launches)")
     if level["requests_short"]:
         warnings.append(f"{level['requests_short']} requests returned a different number of tokens than they "
                         "asked for (does the server honour max_tokens and ignore_eos?)")

@@ -1,0 +1,205 @@
+"""Whole-series verdicts end to end: playbooks/compare.yml and bench.yml through ansible-runner on
+emulated nodes (real processes, localhost only). Three shared runs:
+
+* ``moe_run``: compare.yml on the kimi-k2.5-moe profile (speculation loses at small batches, pays at
+  moderate ones, loses again): the report says ``multiple`` with the regions where the emulator's
+  analytic model puts them.
+* ``adaptive_run`` (after moe_run): bench.yml runs eagle3-adaptive on two hosts at once, one launched
+  with the table that report recommends, one with SGLang's default table; the tracking check holds
+  the first to the better fixed mode at every level and fails the second.
+* ``refine_run``: compare.yml with compare_refine on the Llama-3.1-8B/H100 profile from two levels
+  far apart: the crossover lands near the analytic one with hi/lo <= 1.3, using at most 4 extra
+  levels per mode.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from compare_kit import node_vars, run_playbook
+from compare_synth import truth_crossover
+from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from sglang_emulator import model
+from sglang_emulator.profiles import PROFILES
+
+pytestmark = pytest.mark.slow
+
+MOE = "kimi-k2.5-moe"
+LLAMA = "llama-3.1-8b-1x-h100"
+MOE_LEVELS = [4, 32, 128]
+MOE_LEN = 32
+LLAMA_LEVELS = [20, 80]
+LLAMA_LEN = 32
+
+
+def summary(run_dir: Path, host: str) -> dict:
+    return json.loads((run_dir / host / "summary.json").read_text())
+
+
+def moe_speedup(concurrency: float) -> float:
+    prof = PROFILES[MOE]
+    costs = model.Costs(**prof["costs"])
+    const = prof["spec"]["EAGLE3"]
+    steps, topk, draft = prof["draft_defaults"]
+    spec = model.SpecConfig("EAGLE3", steps, topk, draft, const["accept_q"], const["e0"], const["e1"])
+    args = (int(concurrency), MOE_LEN, MOE_LEN, 256, 10**8)
+    return (model.steady_state(costs, spec, *args)["output_tok_per_s"]
+            / model.steady_state(costs, None, *args)["output_tok_per_s"])
+
+
+def moe_truth_crossings() -> list[float]:
+    signs = [(c, moe_speedup(c) >= 1) for c in range(1, 257)]
+    return [c for (unused, a), (c, b) in zip(signs, signs[1:], strict=False) if a != b]
+
+
+def results_of(run_dir: Path, host: str) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in (run_dir / host).glob("*.json")
+            if p.stem in ("baseline", "eagle3", "eagle3-adaptive")}
+
+
+@pytest.fixture(scope="module")
+def moe_run(tmp_path_factory):
+    def build(tmp: Path):
+        node = tmp / "node-moe"
+        hosts = {"moe": node_vars(node, free_port(), MOE, 0.5, bench_concurrency=MOE_LEVELS,
+                                  bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
+                                  bench_warmup_s=1, bench_window_s=3)}
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "moe",
+                                           "compare_plots": False}, timeout=420)
+        finally:
+            kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "regions-moe", build)
+    return run, tmp / "results" / "moe"
+
+
+@pytest.fixture(scope="module")
+def adaptive_run(moe_run, tmp_path_factory):
+    moe, moe_dir = moe_run
+    assert moe.rc == 0, moe.stdout[-4000:]
+    recommended = summary(moe_dir, "moe")["adaptive_config"]
+
+    def build(tmp: Path):
+        nodes = {"right": tmp / "node-right", "wrong": tmp / "node-wrong"}
+        common = dict(bench_concurrency=MOE_LEVELS, bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
+                      bench_warmup_s=1, bench_window_s=3)
+        hosts = {
+            "right": node_vars(nodes["right"], free_port(), MOE, 0.5, sglang_server_adaptive_config=recommended,
+                               **common),
+            "wrong": node_vars(nodes["wrong"], free_port(), MOE, 0.5,
+                               sglang_server_adaptive_config=cmp.sglang_adaptive_config(cmp.SGLANG_DEFAULT_ADAPTIVE),
+                               **common),
+        }
+        try:
+            return run_playbook(tmp, "bench.yml", inventory(hosts),
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "adaptive",
+                                           "mode": "eagle3-adaptive"}, timeout=420)
+        finally:
+            for node in nodes.values():
+                kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "regions-adaptive", build)
+    return run, tmp / "results" / "adaptive", moe_dir, recommended
+
+
+@pytest.fixture(scope="module")
+def refine_run(tmp_path_factory):
+    def build(tmp: Path):
+        node = tmp / "node-llama"
+        hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                                    bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
+                                    bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)}
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "refine",
+                                           "compare_plots": False, "compare_refine": True}, timeout=600)
+        finally:
+            kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "regions-refine", build)
+    return run, tmp / "results" / "refine"
+
+
+def test_the_moe_profile_reports_multiple_with_both_regions_where_the_model_puts_them(moe_run):
+    run, run_dir = moe_run
+    assert run.rc == 0, run.stdout[-4000:]
+    found = summary(run_dir, "moe")
+    assert found["crossover_status"] == "multiple", found["crossover_text"]
+    assert [r["verdict"] for r in found["regions"]] == ["loses", "pays", "loses"], found["regions"]
+    for reg in found["regions"]:
+        for conc in (reg["from_concurrency"], reg["to_concurrency"]):
+            assert (moe_speedup(conc) >= 1) == (reg["verdict"] == "pays"), (conc, moe_speedup(conc))
+    truth = moe_truth_crossings()
+    assert len(truth) == 2
+    for cross, true_c in zip(found["crossings"], truth, strict=True):
+        lo, hi = cross["bracket"]
+        assert lo <= true_c <= hi, (cross, truth)
+    report = (run_dir / "moe" / "report.md").read_text()
+    assert "**Regions**: loses at C=4; pays at C=32; loses at C=128" in report
+    assert "again" in found["recommendation"] or found["speculate_ranges"][0][0] > 1
+
+
+def test_the_adaptive_mode_with_the_recommended_table_tracks_the_better_mode_and_a_wrong_table_fails(adaptive_run):
+    run, run_dir, moe_dir, recommended = adaptive_run
+    assert run.rc == 0, run.stdout[-4000:]
+    fixed = results_of(moe_dir, "moe")
+    verdicts = {}
+    for host in ("right", "wrong"):
+        results = dict(fixed, **results_of(run_dir, host))
+        assert "eagle3-adaptive" in results
+        verdicts[host] = cmp.tracking(results, "baseline", "eagle3", "eagle3-adaptive")
+    assert verdicts["right"]["tracks"], (recommended, verdicts["right"])
+    assert not verdicts["wrong"]["tracks"], verdicts["wrong"]
+    # The wrong table speculates where speculation loses (C=4): the adaptive mode falls behind there.
+    worst = min(verdicts["wrong"]["levels"], key=lambda r: r["ratio_to_better"])
+    assert worst["concurrency"] in (4, 128) and worst["better_mode"] == "baseline"
+
+
+def test_refinement_pins_the_crossover_near_the_model_within_the_ratio_and_the_level_budget(refine_run):
+    run, run_dir = refine_run
+    assert run.rc == 0, run.stdout[-4000:]
+    found = summary(run_dir, "llama")
+    truth = truth_crossover(LLAMA, LLAMA_LEN, LLAMA_LEN)
+    assert found["crossover_status"] == "crosses", found["crossover_text"]
+    lo, hi = found["crossover_ci95"]
+    assert lo and hi and hi / lo <= 1.3, found["crossover_ci95"]
+    assert found["crossover_concurrency"] == pytest.approx(truth, rel=0.10)
+    refined = [lv["concurrency"] for lv in found["levels"] if lv["refined"]]
+    assert 1 <= len(refined) <= 4, found["levels"]
+    host_dir = run_dir / "llama"
+    for mode in ("baseline", "eagle3"):
+        tagged = sorted(p.name for p in host_dir.glob(f"{mode}@refine*.json"))
+        assert 1 <= len(tagged) <= 4, tagged
+        added = {lv["concurrency"] for p in host_dir.glob(f"{mode}@refine*.json")
+                 for lv in json.loads(p.read_text())["levels"]} - set(LLAMA_LEVELS)
+        assert len(added) <= 4 and added == set(refined)
+    assert "(refined)" in (host_dir / "report.md").read_text()
+    # The plan and its cost were printed before each round.
+    assert "Round 1" in run.stdout and "launches, about" in run.stdout
+
+
+def test_the_refine_plan_names_geometric_midpoints_and_stops_at_the_ratio():
+    cross = cmp.crossover([{"concurrency": 20, "speedup": 1.3, "speedup_ci95": [1.15, 1.45]},
+                           {"concurrency": 100, "speedup": 0.8, "speedup_ci95": [0.7, 0.9]}])
+    assert cross["ci95"][1] / cross["ci95"][0] > 1.3
+    comp = dict(cross, levels=[{"concurrency": 20, "speedup": 1.3, "verdict": "pays"},
+                               {"concurrency": 100, "speedup": 0.8, "verdict": "loses"}],
+                crossover_status=cross["status"])
+    plan = cmp.refine_plan(comp, ratio=1.3, budget_s=100, level_cost_s=4, launch_cost_s=10)
+    assert plan["levels"] == [round(math.sqrt(20 * 100))] and not plan["done"]
+    assert plan["cost_s"] == 2 * (10 + 4) and "2 launches" in plan["text"]
+    assert cmp.refine_plan(comp, ratio=10.0)["done"]
+    assert cmp.refine_plan(comp, budget_s=20, level_cost_s=4, launch_cost_s=10)["done"]  # 28 s > 20 s
+    # An unclear level is measured again even without a crossing (it joined its neighbours' verdict).
+    unclear = {"crossings": [], "regions": [], "crossover_status": "pays_everywhere",
+               "levels": [{"concurrency": 20, "speedup": 1.5, "verdict": "pays"},
+                          {"concurrency": 80, "speedup": 0.9, "verdict": "unclear"}]}
+    again = cmp.refine_plan(unclear)
+    assert again["repeat"] == [80] and not again["done"]
