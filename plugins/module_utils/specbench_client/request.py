@@ -21,8 +21,13 @@ VOCAB = (
 ).split()
 
 
-def synth_prompt(seed: int, key: str, words: int) -> str:
+def synth_prompt(seed: int, key: str, words) -> str:
+    """Random words from VOCAB; a fractional ``words`` (from a calibration) rounds up or down
+    per prompt so that the prompts average it."""
     rng = random.Random(f"{seed}:{key}")
+    if isinstance(words, float):
+        whole = int(words)
+        words = whole + (1 if random.Random(f"{seed}:{key}:len").random() < words - whole else 0)
     return " ".join(rng.choices(VOCAB, k=words))
 
 
@@ -37,6 +42,10 @@ class RequestFactory:
         self.output_len = settings["output_len"]
         self.seed = settings["seed"]
         self.prompts = settings.get("prompts")
+        # Words per synthesized prompt: input_len, or what the calibration against the server's
+        # tokenizer found gives input_len of its tokens (level.calibrate_prompt_words).
+        self.words = settings.get("_prompt_words") or self.input_len
+        self.stream_options = settings.get("_stream_options") if self.api != "native" else None
         path = self.adapter.PATH
         host_header = f"[{host}]" if ":" in host else host
         head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host_header}:{port}", "User-Agent: specbench-client/"
@@ -48,10 +57,13 @@ class RequestFactory:
     def prompt(self, key: str, index: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
-        return synth_prompt(self.seed, key, self.input_len)
+        return synth_prompt(self.seed, key, self.words)
 
     def body(self, prompt: str, output_len: int) -> dict:
-        return self.adapter.body(self.model, prompt, output_len)
+        out = self.adapter.body(self.model, prompt, output_len)
+        if self.stream_options:
+            out["stream_options"] = dict(out.get("stream_options") or {}, **self.stream_options)
+        return out
 
     def build(self, key: str, index: int, output_len: int) -> bytes:
         data = json.dumps(self.body(self.prompt(key, index), output_len), separators=(",", ":")).encode()
