@@ -73,6 +73,13 @@ options:
     description: Seconds allowed to import vLLM and build its parser.
     type: int
     default: 300
+  parser:
+    description:
+      - What an earlier check of this node's vLLM returned (its C(parser) result, for the same I(python)):
+        the flags and the speculative method are checked against it without importing vLLM again.
+      - Empty means ask the installed vLLM now.
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -142,6 +149,10 @@ checked:
   description: Whether the flags were checked against the installed vLLM.
   returned: success
   type: bool
+parser:
+  description: The installed vLLM's version, options and speculative methods (empty unless I(check_flags)).
+  returned: success
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -170,6 +181,7 @@ def main():
             "python": {"type": "str", "default": "python3"},
             "check_flags": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 300},
+            "parser": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -178,14 +190,17 @@ def main():
         out = render(p)
     except CommandError as exc:
         module.fail_json(msg=str(exc))
-    out.update(version=None, checked=False)
+    out.update(version=None, checked=False, parser={})
     if p["check_flags"]:
-        try:
-            info = probe(p["python"], out["args"], timeout=p["timeout"])
-        except FlagError as exc:
-            module.fail_json(msg=str(exc), **out)
+        info = p["parser"]
+        if not info.get("options"):
+            try:
+                info = probe(p["python"], out["args"], timeout=p["timeout"])
+            except FlagError as exc:
+                module.fail_json(msg=str(exc), **out)
         problems = check(out["args"], info, out["origins"], out["speculative_config"], f"on this node ({p['python']})")
-        out.update(version=info.get("version"), checked=True)
+        parser = {k: info.get(k) for k in ("version", "options", "methods")}
+        out.update(version=info.get("version"), checked=True, parser=parser)
         if problems:
             module.fail_json(msg=" ".join(problems), problems=problems, **out)
     module.exit_json(changed=False, **out)

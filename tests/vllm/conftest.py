@@ -38,7 +38,7 @@ def kill_recorded(node_dir: Path) -> None:
     except (OSError, ValueError, TypeError):
         return
     if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
-        for member, unused in vllmkit.session_processes(sid):
+        for member, _unused in vllmkit.session_processes(sid):
             try:
                 os.kill(member, signal.SIGKILL)
             except ProcessLookupError:

@@ -7,6 +7,7 @@ loopback; the tests find it through the node folder's state/server.json and kill
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 import subprocess
 import threading
@@ -39,9 +40,13 @@ def venv_missing() -> str | None:
 
 
 def make_models() -> Path:
-    """The tiny models (built once, cached under tests/.tmp; no hub access)."""
-    subprocess.run([str(VENV_PYTHON), str(MAKE_MODELS), str(MODELS)], check=True, capture_output=True,
-                   env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=600)
+    """The tiny models (built once, cached under tests/.tmp; no hub access), under a lock: pytest
+    workers may ask at once."""
+    MODELS.parent.mkdir(parents=True, exist_ok=True)
+    with open(MODELS.parent / "vllm-models.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([str(VENV_PYTHON), str(MAKE_MODELS), str(MODELS)], check=True, capture_output=True,
+                       env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"), timeout=600)
     return MODELS
 
 
@@ -62,7 +67,8 @@ def node_vars(tmp: Path, port: int, **extra) -> dict:
         "vllm_server_served_model_name": "tiny",
         "vllm_server_environment": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
                                     "TRANSFORMERS_OFFLINE": "1"},
-        "vllm_server_extra_args": ["--enforce-eager"],
+        # Eager (no compile) and the worker inside the engine process: one interpreter fewer to start.
+        "vllm_server_extra_args": ["--enforce-eager", "--distributed-executor-backend", "uni"],
         "vllm_server_max_model_len": 1024,
         "vllm_server_max_num_seqs": 32,
         "vllm_server_max_num_batched_tokens": 2048,
@@ -144,8 +150,8 @@ class Scraper(threading.Thread):
 
 def utc(text: str) -> float:
     """Seconds since the epoch of an ISO 8601 UTC time with milliseconds (…Z)."""
-    assert text.endswith("Z") and len(text.split(".")[-1]) == 4, text
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc).timestamp()
+    assert text.endswith("Z") and len(text.rsplit(".", maxsplit=1)[-1]) == 4, text
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 def session_processes(sid: int) -> list[tuple[int, str]]:
