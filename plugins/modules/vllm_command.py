@@ -9,12 +9,12 @@ module: vllm_command
 short_description: Render a vLLM launch command for one serving mode and check it against the installed vLLM
 version_added: "0.1.0"
 description:
-  - Renders C(python -m vllm.entrypoints.openai.api_server) for I(mode) from the modes table of role
+  - "Renders C(python -m vllm.entrypoints.openai.api_server) for I(mode) from the modes table of role
     C(specbench.core.vllm_server): the capacity settings every mode shares (fairness), rendered
-    identically for every mode, and the mode's speculative settings as C(--speculative-config) JSON.
-  - Refuses, before anything launches, naming the fix: an unknown mode, a capacity setting unset
+    identically for every mode, and the mode's speculative settings as C(--speculative-config) JSON."
+  - "Refuses, before anything launches, naming the fix: an unknown mode, a capacity setting unset
     or set per mode through extra arguments, a model or draft-model folder that does not exist, a
-    draft model whose vocabulary differs from the target's.
+    draft model whose vocabulary differs from the target's."
   - With I(check_flags), builds the argument parser of the vLLM installed for I(python) (what the
     api_server builds; no model loaded, no device touched) and fails on a flag it does not know or
     a speculative method it does not have.
@@ -75,8 +75,8 @@ options:
     default: 300
   parser:
     description:
-      - What an earlier check of this node's vLLM returned (its C(parser) result, for the same I(python)):
-        the flags and the speculative method are checked against it without importing vLLM again.
+      - "What an earlier check of this node's vLLM returned (its C(parser) result, for the same I(python)):
+        the flags and the speculative method are checked against it without importing vLLM again."
       - Empty means ask the installed vLLM now.
     type: dict
     default: {}

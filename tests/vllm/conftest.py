@@ -12,7 +12,7 @@ import pytest
 import specbench_testkit as kit
 import vllmkit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def pytest_collection_modifyitems(config, items):

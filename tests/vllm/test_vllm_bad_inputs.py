@@ -7,7 +7,7 @@ import socket
 import pytest
 import vllmkit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def earlier_results(folder):

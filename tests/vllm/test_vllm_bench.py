@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import vllmkit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MODES = ("baseline", "ngram")
 TOLERANCE = 0.02

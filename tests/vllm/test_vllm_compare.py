@@ -9,7 +9,7 @@ import json
 import pytest
 import vllmkit
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MODES = ("baseline", "ngram", "draft")
 TOLERANCE = 0.02
