@@ -160,8 +160,12 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        fields = kit._stat_fields(int(entry))  # noqa: SLF001 - the kit's reader of /proc/<pid>/stat
-        if fields and len(fields) > 4 and fields[0] not in ("Z", "X") and int(fields[3]) == sid:
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 4 and fields[0] not in ("Z", "X") and int(fields[3]) == sid:
             found.append((int(entry), kit.command_line(int(entry))))
     return found
 
