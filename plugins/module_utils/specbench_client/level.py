@@ -15,14 +15,14 @@ import time
 from array import array
 
 from . import engines
-from .request import synth_prompt
+from .request import VOCAB, synth_prompt_tokens
 from .server import MetricsPoller, flush_cache, server_accept_length, tokens_of
 from .settings import SettingsError
 from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
 from .worker import Worker, snap
 
 RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
-CALIBRATION_PROMPTS = 256  # synthesized prompts tokenized by the server to size them in its tokens
+CALIBRATION_PROMPTS = 32  # synthesized prompts tokenized by the server to size them in its tokens
 INPUT_TOLERANCE = 0.02  # warn when the prompts' mean server-token length is further off input_len
 
 
@@ -36,32 +36,37 @@ def utc_ms(wall: float) -> str:
 
 
 def calibrate_prompt_words(settings: dict, engine, model: str) -> dict | None:
-    """Words per synthesized prompt so that the prompts hold input_len of the server's own
-    tokens on average (chat template included for the chat API), from the engine's tokenize
-    endpoint; None when the engine has none or the prompts are given."""
+    """Prompts of input_len of the server's own tokens (chat template included for the chat
+    API), from the engine's tokenize endpoint: the template's tokens, then each VOCAB word's
+    tokens (a byte-level BPE splits words apart first, so a prompt's count is their sum), then a
+    check on synthesized prompts. None when the engine has no tokenize endpoint or the prompts
+    are given."""
     if not engine.TOKENIZE_PATH or settings.get("prompts") or settings["api"] == "native":
         return None
     target = settings["input_len"]
 
-    def body(words: int, index: int) -> dict:
-        text = synth_prompt(settings["seed"], f"calibrate:{index}", words) if words else ""
+    def body(text: str) -> dict:
         if settings["api"] == "chat":
             return {"messages": [{"role": "user", "content": text}]}
         return {"prompt": text}
 
-    def mean_tokens(words, count: int = CALIBRATION_PROMPTS):
-        counts = tokens_of(settings, engine, model, [body(words, i) for i in range(count)])
-        return sum(counts) / len(counts) if counts else None
-
-    overhead = mean_tokens(0, 1)  # the chat template's tokens (and BOS), the same for every prompt
-    tokens = mean_tokens(target)
-    if overhead is None or tokens is None or tokens <= overhead:
+    base = tokens_of(settings, engine, model, [body(""), {"prompt": ""}])
+    words = tokens_of(settings, engine, model, [{"prompt": " " + w} for w in VOCAB])
+    if not base or not words:
         return None
-    # Tokens grow linearly with words (each word adds its own tokens on average): one step.
-    per_word = (tokens - overhead) / target
-    words = round(max(1.0, (target - overhead) / per_word), 2)
-    return {"words": words, "tokens_per_word": round(per_word, 4), "template_tokens": round(overhead, 2),
-            "source": f"POST {engine.TOKENIZE_PATH} of {CALIBRATION_PROMPTS} synthesized prompts"}
+    overhead, bare = base
+    costs = {w: n - bare for w, n in zip(VOCAB, words) if n - bare > 0}  # noqa: B905
+    budget = target - overhead
+    if budget < 1 or not costs:
+        return None
+    sample = [body(synth_prompt_tokens(settings["seed"], f"calibrate:{i}", costs, budget))
+              for i in range(CALIBRATION_PROMPTS)]
+    counts = tokens_of(settings, engine, model, sample)
+    if not counts:
+        return None
+    return {"word_tokens": costs, "budget": budget, "template_tokens": overhead,
+            "tokens_mean": round(sum(counts) / len(counts), 2), "tokens_min": min(counts), "tokens_max": max(counts),
+            "source": f"POST {engine.TOKENIZE_PATH}: each word's tokens, then {CALIBRATION_PROMPTS} prompts checked"}
 
 
 def resolve_workers(settings: dict, concurrency: int) -> int:
@@ -258,8 +263,9 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     try:
         calibration = calibrate_prompt_words(settings, engine, server["model"])
         if calibration:
-            settings["_prompt_words"] = calibration["words"]
-            level["prompt_calibration"] = calibration
+            settings["_word_tokens"] = calibration["word_tokens"]
+            settings["_prompt_budget"] = calibration["budget"]
+            level["prompt_calibration"] = {k: v for k, v in calibration.items() if k != "word_tokens"}
         for rep in range(settings["repeats"]):
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all

@@ -31,6 +31,30 @@ def synth_prompt(seed: int, key: str, words) -> str:
     return " ".join(rng.choices(VOCAB, k=words))
 
 
+def synth_prompt_tokens(seed: int, key: str, costs: dict, budget: int) -> str:
+    """Random words from VOCAB adding up to ``budget`` of a server's tokens, from each word's own
+    token count there (``costs``; a byte-level BPE splits text into words first, so the counts
+    add up): words are drawn while they fit, then one-token words fill what is left."""
+    rng = random.Random(f"{seed}:{key}")
+    words = [w for w in VOCAB if costs.get(w)]
+    ones = [w for w in words if costs[w] == 1]
+    out: list = []
+    total = 0
+    draws = 4 * budget
+    while draws > 0:
+        draws -= 1
+        word = rng.choice(words)
+        if total + costs[word] <= budget:
+            out.append(word)
+            total += costs[word]
+        if total >= budget or (ones and budget - total <= 1):
+            break
+    while ones and total < budget:
+        out.append(rng.choice(ones))
+        total += 1
+    return " ".join(out)
+
+
 class RequestFactory:
     """HTTP request bytes for one API; each request gets its own prompt."""
 
@@ -42,9 +66,11 @@ class RequestFactory:
         self.output_len = settings["output_len"]
         self.seed = settings["seed"]
         self.prompts = settings.get("prompts")
-        # Words per synthesized prompt: input_len, or what the calibration against the server's
-        # tokenizer found gives input_len of its tokens (level.calibrate_prompt_words).
+        # Words per synthesized prompt: input_len (the emulator counts words as tokens), unless a
+        # calibration against the server's tokenizer sized prompts in its tokens (below).
         self.words = settings.get("_prompt_words") or self.input_len
+        self.costs = settings.get("_word_tokens")  # each VOCAB word's tokens on the server, when calibrated
+        self.budget = settings.get("_prompt_budget")
         self.stream_options = settings.get("_stream_options") if self.api != "native" else None
         path = self.adapter.PATH
         host_header = f"[{host}]" if ":" in host else host
@@ -57,6 +83,8 @@ class RequestFactory:
     def prompt(self, key: str, index: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
+        if self.costs and self.budget:
+            return synth_prompt_tokens(self.seed, key, self.costs, self.budget)
         return synth_prompt(self.seed, key, self.words)
 
     def body(self, prompt: str, output_len: int) -> dict:
