@@ -15,12 +15,58 @@ import time
 from array import array
 
 from . import engines
-from .server import MetricsPoller, flush_cache, server_accept_length
+from .request import VOCAB, synth_prompt_tokens
+from .server import MetricsPoller, flush_cache, server_accept_length, tokens_of
 from .settings import SettingsError
 from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
 from .worker import Worker, snap
 
 RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
+CALIBRATION_PROMPTS = 32  # synthesized prompts tokenized by the server to size them in its tokens
+INPUT_TOLERANCE = 0.02  # warn when the prompts' mean server-token length is further off input_len
+
+
+def utc_ms(wall: float) -> str:
+    """ISO 8601 UTC with milliseconds, e.g. 2026-12-01T05:41:02.123Z."""
+    whole = int(wall)
+    millis = int(round((wall - whole) * 1000))
+    if millis == 1000:
+        whole, millis = whole + 1, 0
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def calibrate_prompt_words(settings: dict, engine, model: str) -> dict | None:
+    """Prompts of input_len of the server's own tokens (chat template included for the chat
+    API), from the engine's tokenize endpoint: the template's tokens, then each VOCAB word's
+    tokens (a byte-level BPE splits words apart first, so a prompt's count is their sum), then a
+    check on synthesized prompts. None when the engine has no tokenize endpoint or the prompts
+    are given."""
+    if not engine.TOKENIZE_PATH or settings.get("prompts") or settings["api"] == "native":
+        return None
+    target = settings["input_len"]
+
+    def body(text: str) -> dict:
+        if settings["api"] == "chat":
+            return {"messages": [{"role": "user", "content": text}]}
+        return {"prompt": text}
+
+    base = tokens_of(settings, engine, model, [body(""), {"prompt": ""}])
+    words = tokens_of(settings, engine, model, [{"prompt": " " + w} for w in VOCAB])
+    if not base or not words:
+        return None
+    overhead, bare = base
+    costs = {w: n - bare for w, n in zip(VOCAB, words) if n - bare > 0}  # noqa: B905
+    budget = target - overhead
+    if budget < 1 or not costs:
+        return None
+    sample = [body(synth_prompt_tokens(settings["seed"], f"calibrate:{i}", costs, budget))
+              for i in range(CALIBRATION_PROMPTS)]
+    counts = tokens_of(settings, engine, model, sample)
+    if not counts:
+        return None
+    return {"word_tokens": costs, "budget": budget, "template_tokens": overhead,
+            "tokens_mean": round(sum(counts) / len(counts), 2), "tokens_min": min(counts), "tokens_max": max(counts),
+            "source": f"POST {engine.TOKENIZE_PATH}: each word's tokens, then {CALIBRATION_PROMPTS} prompts checked"}
 
 
 def resolve_workers(settings: dict, concurrency: int) -> int:
@@ -208,14 +254,23 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     spec = bool(server.get("speculative_algorithm"))
     engine = engines.for_server(server)
     level: dict = {"concurrency": concurrency, "api": settings["api"], "error": None, "warnings": []}
+    if engine.STREAM_OPTIONS:
+        settings["_stream_options"] = engine.STREAM_OPTIONS
+    settings["_rate_tolerance"] = engine.RATE_TOLERANCE
     raws = []
     accept_server = []
     flushed_all = True
     try:
+        calibration = calibrate_prompt_words(settings, engine, server["model"])
+        if calibration:
+            settings["_word_tokens"] = calibration["word_tokens"]
+            settings["_prompt_budget"] = calibration["budget"]
+            level["prompt_calibration"] = {k: v for k, v in calibration.items() if k != "word_tokens"}
         for rep in range(settings["repeats"]):
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all
             raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace)
+            raw["wall_offset"] = time.time() - time.monotonic()
             raws.append(raw)
             if spec and settings["api"] != "native":
                 value = server_accept_length(settings, engine)
@@ -237,6 +292,11 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
             level["accept_length_source"] = ("/get_server_info avg_spec_accept_length after "
                                              + ("/flush_cache" if settings["flush_cache"] and flushed_all
                                                 else "no flush (lifetime average)"))
+    counted = [r["metrics"]["accept_length"] for r in raws if (r.get("metrics") or {}).get("accept_length")]
+    if spec and level.get("accept_length") is None and counted:
+        level["accept_length"] = round(sum(counted) / len(counted), 4)
+        level["accept_length_source"] = ("/metrics spec_decode counters over the window: "
+                                         "1 + delta(accepted) / delta(drafts)")
     for key in ("_spec_verify", "_spec_ct", "_spec_verify_sum"):
         level.pop(key, None)
     level.setdefault("accept_length", None)
@@ -246,6 +306,19 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
                                  "nor avg_spec_accept_length in /get_server_info")
     if server.get("metrics_available") is False:
         level["server_note"] = "no /metrics (start SGLang with --enable-metrics for running/queued counts)"
+    timed = [r for r in raws if r.get("ws") is not None and r.get("window_end") is not None]
+    if timed:  # the (last) measurement window in wall-clock UTC, to hold against the server's counters
+        level["window_start_utc"] = utc_ms(timed[-1]["ws"] + timed[-1]["wall_offset"])
+        level["window_end_utc"] = utc_ms(timed[-1]["window_end"] + timed[-1]["wall_offset"])
+    else:
+        level["window_start_utc"] = level["window_end_utc"] = None
+    if calibration and level.get("input_tokens_mean"):
+        off = level["input_tokens_mean"] / settings["input_len"] - 1
+        if abs(off) > INPUT_TOLERANCE:
+            level["warnings"].append(
+                f"the prompts held {level['input_tokens_mean']:.1f} of the server's tokens on average, "
+                f"{100 * off:+.1f}% off input_len {settings['input_len']}: the calibration on "
+                f"{CALIBRATION_PROMPTS} prompts did not carry over (give prompts of your own with prompts_file)")
     level["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     level["duration_s"] = round(time.monotonic() - t_start, 3)
     if trace:

@@ -21,9 +21,38 @@ VOCAB = (
 ).split()
 
 
-def synth_prompt(seed: int, key: str, words: int) -> str:
+def synth_prompt(seed: int, key: str, words) -> str:
+    """Random words from VOCAB; a fractional ``words`` (from a calibration) rounds up or down
+    per prompt so that the prompts average it."""
     rng = random.Random(f"{seed}:{key}")
+    if isinstance(words, float):
+        whole = int(words)
+        words = whole + (1 if random.Random(f"{seed}:{key}:len").random() < words - whole else 0)
     return " ".join(rng.choices(VOCAB, k=words))
+
+
+def synth_prompt_tokens(seed: int, key: str, costs: dict, budget: int) -> str:
+    """Random words from VOCAB adding up to ``budget`` of a server's tokens, from each word's own
+    token count there (``costs``; a byte-level BPE splits text into words first, so the counts
+    add up): words are drawn while they fit, then one-token words fill what is left."""
+    rng = random.Random(f"{seed}:{key}")
+    words = [w for w in VOCAB if costs.get(w)]
+    ones = [w for w in words if costs[w] == 1]
+    out: list = []
+    total = 0
+    draws = 4 * budget
+    while draws > 0:
+        draws -= 1
+        word = rng.choice(words)
+        if total + costs[word] <= budget:
+            out.append(word)
+            total += costs[word]
+        if total >= budget or (ones and budget - total <= 1):
+            break
+    while ones and total < budget:
+        out.append(rng.choice(ones))
+        total += 1
+    return " ".join(out)
 
 
 class RequestFactory:
@@ -37,6 +66,12 @@ class RequestFactory:
         self.output_len = settings["output_len"]
         self.seed = settings["seed"]
         self.prompts = settings.get("prompts")
+        # Words per synthesized prompt: input_len (the emulator counts words as tokens), unless a
+        # calibration against the server's tokenizer sized prompts in its tokens (below).
+        self.words = settings.get("_prompt_words") or self.input_len
+        self.costs = settings.get("_word_tokens")  # each VOCAB word's tokens on the server, when calibrated
+        self.budget = settings.get("_prompt_budget")
+        self.stream_options = settings.get("_stream_options") if self.api != "native" else None
         path = self.adapter.PATH
         host_header = f"[{host}]" if ":" in host else host
         head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host_header}:{port}", "User-Agent: specbench-client/"
@@ -48,10 +83,15 @@ class RequestFactory:
     def prompt(self, key: str, index: int) -> str:
         if self.prompts:
             return self.prompts[index % len(self.prompts)]
-        return synth_prompt(self.seed, key, self.input_len)
+        if self.costs and self.budget:
+            return synth_prompt_tokens(self.seed, key, self.costs, self.budget)
+        return synth_prompt(self.seed, key, self.words)
 
     def body(self, prompt: str, output_len: int) -> dict:
-        return self.adapter.body(self.model, prompt, output_len)
+        out = self.adapter.body(self.model, prompt, output_len)
+        if self.stream_options:
+            out["stream_options"] = dict(out.get("stream_options") or {}, **self.stream_options)
+        return out
 
     def build(self, key: str, index: int, output_len: int) -> bytes:
         data = json.dumps(self.body(self.prompt(key, index), output_len), separators=(",", ":")).encode()

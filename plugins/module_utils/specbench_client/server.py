@@ -82,14 +82,16 @@ def probe_server(settings: dict) -> dict:
                               "to the served model name.")
         model = models[0]
     info = None
+    found = None
     described = dict.fromkeys(engines.DESCRIBED)
     for engine in engines.ENGINES:
         if not engine.INFO_PATH:
             continue
         status, data = http_call(settings, "GET", engine.INFO_PATH)
         obj = json_or_none(data) if status == 200 else None
-        if isinstance(obj, dict):
+        if isinstance(obj, dict) and engine.recognise(obj):
             info = obj
+            found = engine
             described = engine.describe(info)
             break
     status_m, data_m = http_call(settings, "GET", "/metrics")
@@ -97,7 +99,41 @@ def probe_server(settings: dict) -> dict:
     server = {"base_url": url, "model": model, "models": models}
     server.update((key, described.get(key)) for key in engines.DESCRIBED)
     server.update(server_info=info, metrics_available=metrics)
+    if found is not None and found is not engines.DEFAULT:
+        # Another engine than SGLang (the default): named so the level uses its adapter.
+        server["engine"] = found.NAME
+        if status_m == 200 and not server.get("speculative_algorithm"):
+            server["speculative_algorithm"] = found.speculative_from_metrics(data_m)
     return server
+
+
+def tokens_of(settings: dict, engine, model: str, bodies: list) -> list | None:
+    """The server's own token count of each prompt body (the engine's tokenize endpoint, one
+    kept-alive connection); None when the engine has none or the server does not answer it."""
+    if not engine.TOKENIZE_PATH:
+        return None
+    host, port, prefix = parse_base_url(settings["base_url"])
+    headers = {"Accept": "application/json", "Content-Type": "application/json"}
+    if settings.get("api_key"):
+        headers["Authorization"] = f"Bearer {settings['api_key']}"
+    conn = http.client.HTTPConnection(host, port, timeout=10.0)
+    counts = []
+    try:
+        for body in bodies:
+            conn.request("POST", prefix + engine.TOKENIZE_PATH, body=json.dumps(dict(body, model=model)),
+                         headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            obj = json_or_none(data) if resp.status == 200 else None
+            count = obj.get("count") if isinstance(obj, dict) else None
+            if not isinstance(count, int):
+                return None
+            counts.append(count)
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+    return counts
 
 
 def flush_cache(settings: dict, wait_s: float = 10.0, engine=engines.DEFAULT) -> bool:
@@ -133,30 +169,61 @@ def server_accept_length(settings: dict, engine=engines.DEFAULT) -> float | None
 _RUNNING = tuple(engine.RUNNING for engine in engines.ENGINES)
 _QUEUED = tuple(engine.QUEUED for engine in engines.ENGINES)
 _GENERATED = tuple(engine.GENERATED for engine in engines.ENGINES)
+_DRAFTS = tuple(engine.SPEC_DRAFTS for engine in engines.ENGINES if engine.SPEC_DRAFTS)
+_ACCEPTED = tuple(engine.SPEC_ACCEPTED for engine in engines.ENGINES if engine.SPEC_ACCEPTED)
+_SLOT = dict([(n, 0) for n in _RUNNING] + [(n, 1) for n in _QUEUED] + [(n, 2) for n in _GENERATED]
+             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED])
+
+
+def parse_all_metrics(text: bytes) -> list:
+    """[running, queued, generated, drafts, accepted] summed over label sets (None: absent)."""
+    out: list = [None] * 5
+    for line in text.splitlines():
+        if not line or line[:1] == b"#":
+            continue
+        slot = _SLOT.get(line.split(b"{", 1)[0].split(b" ", 1)[0])
+        if slot is None:
+            continue
+        try:
+            value = float(line.rsplit(b" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        out[slot] = (out[slot] or 0.0) + value
+    return out
 
 
 def parse_metrics(text: bytes, generated: bool = False):
     """(running, queued) summed over label sets from Prometheus text; with ``generated`` also
     the server's generated-tokens counter."""
-    running = queued = total = None
-    for line in text.splitlines():
-        if not line or line[:1] == b"#":
-            continue
-        name = line.split(b"{", 1)[0].split(b" ", 1)[0]
-        if name in _RUNNING or name in _QUEUED or name in _GENERATED:
-            try:
-                value = float(line.rsplit(b" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-            if name in _RUNNING:
-                running = (running or 0.0) + value
-            elif name in _QUEUED:
-                queued = (queued or 0.0) + value
-            else:
-                total = (total or 0.0) + value
+    running, queued, total = parse_all_metrics(text)[:3]
     if generated:
         return running, queued, total
     return running, queued
+
+
+EDGE_SPAN_S = 0.6  # a counter's value at a window edge: a straight line through the samples this near it
+
+
+def counter_at(points: list, t: float, span: float = EDGE_SPAN_S):
+    """A counter's value at time ``t`` from (time, value) samples in time order: the least-squares
+    line through the samples within ``span`` of ``t`` when there are samples on both sides (it
+    evens out when each scrape happened to be served), else the straight line between the samples
+    either side; None unless samples bracket ``t``."""
+    before = [p for p in points if p[0] <= t]
+    after = [p for p in points if p[0] > t]
+    if not before or not after:
+        return before[-1][1] if before and before[-1][0] == t else None
+    near = [p for p in points if abs(p[0] - t) <= span]
+    if len(near) >= 4 and near[0][0] <= t < near[-1][0]:
+        n = len(near)
+        mt = sum(p[0] for p in near) / n
+        mv = sum(p[1] for p in near) / n
+        var = sum((p[0] - mt) ** 2 for p in near)
+        if var > 0:
+            slope = sum((p[0] - mt) * (p[1] - mv) for p in near) / var
+            return mv + slope * (t - mt)
+    (t1, v1), (t2, v2) = before[-1], after[0]
+    return v1 + (v2 - v1) * (t - t1) / (t2 - t1)
 
 
 class MetricsPoller(threading.Thread):
@@ -175,18 +242,40 @@ class MetricsPoller(threading.Thread):
         wait = self.start_at - time.monotonic()
         if wait > 0 and self.halt.wait(wait):
             return
-        while not self.halt.is_set():
-            t = time.monotonic()
+        while True:
+            sent = time.monotonic()
             try:
                 status, data = http_call(self.settings, "GET", "/metrics", timeout=max(1.0, interval))
             except ServerError as exc:
                 self.error = str(exc)
                 status, data = 0, b""
+            t = (sent + time.monotonic()) / 2  # the server read its counters somewhere in between
             if status == 200:
-                running, queued, total = parse_metrics(data, generated=True)
+                running, queued, total, drafts, accepted = parse_all_metrics(data)
                 if running is not None:
-                    self.samples.append((t, running, queued or 0.0, total))
+                    self.samples.append((t, running, queued or 0.0, total, drafts, accepted))
+            if self.halt.is_set():
+                break  # the last sample comes after the level ended: the window's end is bracketed
             self.halt.wait(interval)
+
+    def over_window(self, ws: float, we: float) -> dict:
+        """Counters interpolated at the window's edges (the same window the client measured):
+        generated tokens per second and, where the engine counts them, the spec-decode accept
+        length 1 + delta(accepted) / delta(drafts). Empty when no samples bracket the window."""
+        out: dict = {}
+        edges = {}
+        for slot in (3, 4, 5):
+            points = [(s[0], s[slot]) for s in self.samples if s[slot] is not None]
+            start, end = counter_at(points, ws), counter_at(points, we)
+            edges[slot] = None if start is None or end is None else end - start
+        if edges[3] is not None and we > ws:
+            out["generated_tok_per_s"] = round(edges[3] / (we - ws), 3)
+            out["generated_tokens"] = round(edges[3], 1)
+        if edges[4] and edges[5] is not None:
+            out["accept_length"] = round(1.0 + edges[5] / edges[4], 4)
+            out["spec_drafts"] = round(edges[4], 1)
+            out["spec_accepted"] = round(edges[5], 1)
+        return out
 
     def result(self, ws: float | None, we: float | None) -> dict | None:
         """mean and max of the samples taken inside the window [ws, we]."""
@@ -201,7 +290,13 @@ class MetricsPoller(threading.Thread):
         counted = [(s[0], s[3]) for s in inside if s[3] is not None]
         if len(counted) >= 2 and counted[-1][0] > counted[0][0]:
             rate = (counted[-1][1] - counted[0][1]) / (counted[-1][0] - counted[0][0])
-        return {"running": {"mean": round(sum(runs) / len(runs), 2), "max": max(runs)},
-                "queued": {"mean": round(sum(queues) / len(queues), 2), "max": max(queues)},
-                "generated_tok_per_s": round(rate, 3) if rate is not None else None,
-                "samples": len(runs)}
+        out = {"running": {"mean": round(sum(runs) / len(runs), 2), "max": max(runs)},
+               "queued": {"mean": round(sum(queues) / len(queues), 2), "max": max(queues)},
+               "generated_tok_per_s": round(rate, 3) if rate is not None else None,
+               "samples": len(runs)}
+        if we is not None:
+            edges = self.over_window(ws, we)
+            if "generated_tok_per_s" in edges:
+                out["generated_tok_per_s"] = edges.pop("generated_tok_per_s")
+            out.update(edges)
+        return out

@@ -224,9 +224,11 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
                         f"{1000 * (lag or 0):.1f} ms after it arrived on average, so the client (or a busy client "
                         "machine) rather than the server may set this figure; use more workers or a quieter machine")
     server_rate = level["server_output_tok_per_s"]
-    if server_rate and mean and abs(mean / server_rate - 1) > 0.1:
+    tolerance = settings.get("_rate_tolerance", 0.1)
+    if server_rate and mean and abs(mean / server_rate - 1) > tolerance:
         warnings.append(f"the server counted {server_rate:.1f} generated tok/s in the window, the client "
-                        f"{mean:.1f}: other clients on the server, or a client bottleneck")
+                        f"{mean:.1f} ({100 * (mean / server_rate - 1):+.1f}%, more than {100 * tolerance:g}%): "
+                        "other clients on the server, or a client bottleneck")
     e2e_mean = level["e2e_ms"]["mean"] / 1000.0 if level["e2e_ms"] else None
     if len(windows) == 1 and e2e_mean and windows[0] / e2e_mean < MIN_EFFECTIVE_STRETCHES:
         warnings.append(f"the window ({windows[0]:.3g} s) covers only {windows[0] / e2e_mean:.1f} request durations "

@@ -2,8 +2,10 @@
 # Apache License 2.0 (see galaxy.yml)
 """What chat and completions share: OpenAI's streamed events and request body.
 
-Tokens per chunk: the words of each delta, scaled afterwards so a request's total equals the
-server's ``usage.completion_tokens`` (exact totals; exact per chunk on the emulator).
+Tokens per chunk: the server's own count where every chunk carries usage (vLLM's
+``continuous_usage_stats``, which the engine adapter asks for); else the words of each delta,
+scaled afterwards so a request's total equals the server's ``usage.completion_tokens`` (exact
+totals; exact per chunk on the emulator).
 """
 from __future__ import annotations
 
@@ -21,7 +23,22 @@ def handle_event(req, obj: dict, t: float, text_of) -> bool:
     """One OpenAI SSE event (chat or completions, told apart by ``text_of``); False: an error
     object."""
     choices = obj.get("choices")
-    if choices:
+    usage = obj.get("usage")
+    if choices and usage and isinstance(usage.get("completion_tokens"), int):
+        # Usage in every chunk (vLLM's continuous_usage_stats): the server's exact token count
+        # so far, so this chunk's tokens are the increase (several with speculative decoding).
+        c0 = choices[0]
+        ct = usage["completion_tokens"]
+        if ct > req.ct:
+            req.ts.append(t)
+            req.ks.append(ct - req.ct)
+            req.ct = ct
+            if req.first is None:
+                req.first = t
+        if c0.get("finish_reason"):
+            req.finish = c0["finish_reason"]
+            req.end = t
+    elif choices:
         c0 = choices[0]
         text = text_of(c0)
         if text:
@@ -34,7 +51,6 @@ def handle_event(req, obj: dict, t: float, text_of) -> bool:
             req.end = t
     elif "error" in obj or obj.get("object") == "error":
         return False
-    usage = obj.get("usage")
     if usage:
         req.usage_ct = usage.get("completion_tokens")
         req.prompt_tokens = usage.get("prompt_tokens")

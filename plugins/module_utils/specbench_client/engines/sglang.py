@@ -15,6 +15,11 @@ METRIC_PREFIX = b"sglang:"  # /metrics holds this engine's counters when it star
 RUNNING = b"sglang:num_running_reqs"
 QUEUED = b"sglang:num_queue_reqs"
 GENERATED = b"sglang:generation_tokens_total"
+SPEC_DRAFTS = None  # the accept length comes from /get_server_info or /generate instead
+SPEC_ACCEPTED = None
+TOKENIZE_PATH = None  # prompts are sized in words (the emulator's tokens)
+STREAM_OPTIONS = None  # the OpenAI APIs' default stream_options (usage at the end)
+RATE_TOLERANCE = 0.1  # per-chunk counts are word counts scaled to usage: a looser agreement
 
 
 def describe(info: dict) -> dict:
@@ -25,6 +30,16 @@ def describe(info: dict) -> dict:
         "speculative_algorithm": info.get("speculative_algorithm"),
         "max_running_requests": info.get("max_running_requests"),
     }
+
+
+def recognise(info: dict) -> bool:
+    """Whether the answer at INFO_PATH is this engine's (any JSON object at /get_server_info)."""
+    return isinstance(info, dict)
+
+
+def speculative_from_metrics(text: bytes) -> str | None:
+    del text  # /get_server_info names the algorithm
+    return None
 
 
 def accept_length(info) -> float | None:

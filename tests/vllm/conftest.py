@@ -1,0 +1,76 @@
+"""Fixtures of the vLLM tests: skip without the vLLM venv (CI builds it with make_venv.sh), the
+tiny models once per session, and each playbook run shared by the tests that read it (one
+server per mode, module-scoped), with the launched tree killed afterwards if a run left it."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import specbench_testkit as kit
+import vllmkit
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def pytest_collection_modifyitems(config, items):
+    del config
+    why = vllmkit.venv_missing()
+    if why:
+        for item in items:
+            if "tests/vllm/" in str(item.fspath):
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.fixture(scope="session")
+def models():
+    return vllmkit.make_models()
+
+
+def kill_recorded(node_dir: Path) -> None:
+    """SIGKILL the session a run's node folder recorded, only while its leader is the recorded one."""
+    path = Path(node_dir) / "state" / "server.json"
+    try:
+        record = json.loads(path.read_text())
+        pid, sid = int(record.get("pid") or 0), int(record.get("sid") or record.get("pgid") or 0)
+    except (OSError, ValueError, TypeError):
+        return
+    if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
+        for member, _unused in vllmkit.session_processes(sid):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class VllmRun:
+    """One playbook run against a real vLLM server, with the server's counters scraped alongside."""
+
+    def __init__(self, run, scraper, folder: Path, port: int):
+        self.run, self.scraper, self.folder, self.port = run, scraper, folder, port
+        self.node = folder / "node"
+        self.record = json.loads((self.node / "state" / "server.json").read_text()) \
+            if (self.node / "state" / "server.json").is_file() else {}
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory, models):
+    """Factory: ``vllm_run(name, playbook, extravars, **hostvars)`` runs it once (a real server
+    launched by the playbook on a free port), scraping /metrics the whole time."""
+    del models
+    folders = []
+
+    def run(name: str, playbook: str, extravars: dict, **hostvars) -> VllmRun:
+        folder = tmp_path_factory.mktemp(name)
+        folders.append(folder)
+        port = hostvars.pop("port", None) or vllmkit.free_port()
+        with vllmkit.Scraper(port) as scraper:
+            result = vllmkit.run_playbook(folder, playbook, vllmkit.node_vars(folder, port, **hostvars),
+                                          vllmkit.bench_vars(folder, **extravars), timeout=900)
+        return VllmRun(result, scraper, folder, port)
+
+    yield run
+    for folder in folders:
+        kill_recorded(folder / "node")

@@ -1,0 +1,77 @@
+"""compare.yml -e engine=vllm: baseline, n-gram and a draft model on a real vLLM server (CPU
+build, tiny model), chat API, C = 1, 4, 16; one run read by every test here. The report is held
+to its own measurements (speedups are the ratios of the measured throughputs, verdicts agree
+with the intervals), never to an expected crossover."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import vllmkit
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+MODES = ("baseline", "ngram", "draft")
+TOLERANCE = 0.02
+
+
+@pytest.fixture(scope="module")
+def compare(vllm_run):
+    return vllm_run("compare", "playbooks/compare.yml", {"compare_modes": list(MODES), "bench_api": "chat"})
+
+
+def host_dir(run):
+    return run.run.results_dir / run.run.run_id / "localhost"
+
+
+def test_compare_runs_every_mode_and_writes_the_full_report(compare):
+    assert compare.run.rc == 0, compare.run.stdout[-4000:]
+    folder = host_dir(compare)
+    for name in ("baseline.json", "ngram.json", "draft.json", "summary.json", "summary.csv", "report.md",
+                 "compare-run.json"):
+        assert (folder / name).is_file(), name
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["complete"] is True and summary["modes_measured"] == list(MODES)
+    assert set(summary["comparisons"]) == {"ngram", "draft"}
+    assert not vllmkit.session_processes(compare.record["pgid"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_agrees_with_the_servers_counters(compare, mode):
+    doc = json.loads((host_dir(compare) / f"{mode}.json").read_text())
+    assert doc["status"] == "complete" and [lv["concurrency"] for lv in doc["levels"]] == [1, 4, 16]
+    for level in doc["levels"]:
+        server = compare.scraper.over(level)
+        assert level["output_tok_per_s"] == pytest.approx(server["rate"], rel=vllmkit.rate_tolerance(level)), \
+            level["concurrency"]
+        assert level["input_tokens_mean"] == pytest.approx(128, rel=TOLERANCE)
+        if mode == "baseline":
+            assert level["accept_length"] is None and "accept_length" not in server
+        else:
+            assert level["accept_length"] == pytest.approx(server["accept_length"], rel=TOLERANCE)
+
+
+def test_the_draft_model_is_accepted_only_in_part(compare):
+    doc = json.loads((host_dir(compare) / "draft.json").read_text())
+    assert doc["server"]["speculative_config"]["method"] == "draft_model"
+    for level in doc["levels"]:
+        assert 1.0 < level["accept_length"] < 5.0  # k = 4: between nothing and everything accepted
+
+
+@pytest.mark.parametrize("spec", ["ngram", "draft"])
+def test_the_report_is_consistent_with_its_measurements(compare, spec):
+    folder = host_dir(compare)
+    base = {lv["concurrency"]: lv for lv in json.loads((folder / "baseline.json").read_text())["levels"]}
+    other = {lv["concurrency"]: lv for lv in json.loads((folder / f"{spec}.json").read_text())["levels"]}
+    rows = json.loads((folder / "summary.json").read_text())["comparisons"][spec]["levels"]
+    assert [r["concurrency"] for r in rows] == [1, 4, 16]
+    for row in rows:
+        conc = row["concurrency"]
+        ratio = other[conc]["output_tok_per_s"] / base[conc]["output_tok_per_s"]
+        assert row["speedup"] == pytest.approx(ratio, rel=2e-3), conc
+        low, high = row["speedup_ci95"]
+        assert low <= row["speedup"] <= high
+        expected = "pays" if low > 1 else "loses" if high < 1 else "unclear"
+        assert row["verdict"] == expected, row
+    report = (folder / "report.md").read_text()
+    assert spec in report and "baseline" in report
