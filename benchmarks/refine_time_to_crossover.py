@@ -138,8 +138,13 @@ def main() -> int:
         tmp = Path(scratch)
         print(f"EMULATOR figures ({PROFILE}, time scale {args.time_scale}, {args.length}/{args.length} tokens, "
               f"warmup {args.warmup_s} s + window {args.window_s} s per level), target hi/lo <= {args.ratio}")
-        ref = refinement(tmp, args)
-        fix = fixed(tmp, args)
+        try:
+            ref = refinement(tmp, args)
+            fix = fixed(tmp, args)
+        except KeyboardInterrupt as stop:
+            print(f"interrupted ({stop or 'Ctrl-C'}) before both strategies finished: no side-by-side figures; "
+                  "the emulator this script started was stopped")
+            return 130
     rs = ref["summary"]
     print(f"refinement: {ref['seconds']:.0f} s wall, {len(ref['levels'])} levels per mode {ref['levels']}, "
           f"crossover {rs['crossover_concurrency']} {rs['crossover_ci95']} (hi/lo {width(rs):.2f})")
