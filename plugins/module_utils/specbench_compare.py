@@ -494,7 +494,10 @@ def crossover(levels: list[dict], draws: int = BOOTSTRAP_DRAWS) -> dict:
     if main:
         out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
                    bracket=main["bracket"])
-    out["text"] = _verdict_text(status, regs, crossings, main, values, concs) + _unclear_words(out["unclear_read_as"])
+    text = _verdict_text(status, regs, crossings, main, values, concs)
+    if out["unclear_read_as"]:
+        text = text.replace("at every level measured", "at every level where the difference is clear")
+    out["text"] = text + _unclear_words(out["unclear_read_as"])
     return out
 
 
@@ -677,7 +680,8 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         table = adaptive_table_for([])
         if c_min is not None and c_min <= 1:
             text = (
-                f"Do not speculate: {spec_mode} is slower than the baseline at every level measured, "
+                f"Do not speculate: {spec_mode} is slower than the baseline at every level "
+                f"{'where the difference is clear' if cross.get('unclear_read_as') else 'measured'}, "
                 f"from C={c_min:g}{_unclear_words(cross.get('unclear_read_as') or [])}. Serve the baseline mode."
             )
         else:
