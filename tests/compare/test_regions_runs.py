@@ -2,8 +2,9 @@
 emulated nodes (real processes, localhost only). Three shared runs:
 
 * ``moe_run``: compare.yml on the kimi-k2.5-moe profile (speculation loses at small batches, pays at
-  moderate ones, loses again): the report says ``multiple`` with the regions where the emulator's
-  analytic model puts them.
+  moderate ones, loses again) with ``compare_launches: 2``: each mode launched twice, interleaved
+  (A B A B, a fresh server each time, ``<mode>@launchN.json``), the levels pooled; the report says
+  ``multiple`` with the regions where the emulator's analytic model puts them.
 * ``adaptive_run`` (after moe_run): bench.yml runs eagle3-adaptive on two hosts at once, one launched
   with the table that report recommends, one with SGLang's default table; the tracking check holds
   the first to the better fixed mode at every level and fails the second.
