@@ -138,23 +138,31 @@ def main() -> int:
         tmp = Path(scratch)
         print(f"EMULATOR figures ({PROFILE}, time scale {args.time_scale}, {args.length}/{args.length} tokens, "
               f"warmup {args.warmup_s} s + window {args.window_s} s per level), target hi/lo <= {args.ratio}")
+        ref = fix = None
+        stopped = None
         try:
             ref = refinement(tmp, args)
             fix = fixed(tmp, args)
         except KeyboardInterrupt as stop:
-            print(f"interrupted ({stop or 'Ctrl-C'}) before both strategies finished: no side-by-side figures; "
-                  "the emulator this script started was stopped")
-            return 130
-    rs = ref["summary"]
-    print(f"refinement: {ref['seconds']:.0f} s wall, {len(ref['levels'])} levels per mode {ref['levels']}, "
-          f"crossover {rs['crossover_concurrency']} {rs['crossover_ci95']} (hi/lo {width(rs):.2f})")
-    if fix["summary"]:
+            stopped = str(stop) or "Ctrl-C"
+            print(f"interrupted ({stopped}): the emulator this script started was stopped; the figures reached so far")
+    if ref is None:
+        print("refinement: interrupted before it finished, no figure")
+    else:
+        rs = ref["summary"]
+        print(f"refinement: {ref['seconds']:.0f} s wall, {len(ref['levels'])} levels per mode {ref['levels']}, "
+              f"crossover {rs['crossover_concurrency']} {rs['crossover_ci95']} (hi/lo {width(rs):.2f})")
+    if fix is None:
+        print("fixed sweep: interrupted before a grid reached the ratio, no figure (the grids tried are above)")
+    elif fix["summary"]:
         fs = fix["summary"]
         print(f"fixed sweep: {fix['seconds']:.0f} s wall for the grid that reached it ({len(fix['levels'])} levels per "
               f"mode), {fix['all_seconds']:.0f} s for every grid tried; crossover {fs['crossover_concurrency']} "
               f"{fs['crossover_ci95']} (hi/lo {width(fs):.2f})")
     else:
         print(f"fixed sweep: no grid tried reached hi/lo <= {args.ratio} ({fix['all_seconds']:.0f} s spent)")
+    if stopped:
+        return 130
     return 0
 
 
