@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,9 +50,10 @@ def measure(tmp: Path, mode: str, levels: list[int], args) -> dict:
     """One fresh server in ``mode``, the client over ``levels``; the results dict."""
     emu = Emulator(tmp, ["--emulator-profile", PROFILE, "--tp-size", "1", "--enable-metrics",
                          "--max-running-requests", "256", "--mem-fraction-static", "0.88", *MODES[mode]],
-                   args.time_scale, True)
+                   args.time_scale, False)
     out = tmp / f"{mode}-{time.monotonic_ns()}.json"
-    try:
+    try:  # started without waiting, so that an interrupt while it starts still stops it
+        emu.wait_ready()
         env = dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils"))
         cmd = [sys.executable, "-m", "specbench_client", "--base-url", emu.base_url, "--api", "native",
                "--concurrency", ",".join(map(str, levels)), "--input-len", str(args.length),
@@ -114,7 +116,14 @@ def fixed(tmp: Path, args) -> dict:
     return {"seconds": math.inf, "levels": [], "summary": None, "tried": tried, "all_seconds": time.monotonic() - t_all}
 
 
+def _stop_on_sigterm(signum, frame) -> None:
+    """SIGTERM unwinds like Ctrl-C: the finally blocks stop the emulator this script started."""
+    del frame
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main() -> int:
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--start", default="20,80", help="the two starting levels (default %(default)s)")
     p.add_argument("--ratio", type=float, default=1.3, help="target hi/lo of the crossover interval")
@@ -129,18 +138,31 @@ def main() -> int:
         tmp = Path(scratch)
         print(f"EMULATOR figures ({PROFILE}, time scale {args.time_scale}, {args.length}/{args.length} tokens, "
               f"warmup {args.warmup_s} s + window {args.window_s} s per level), target hi/lo <= {args.ratio}")
-        ref = refinement(tmp, args)
-        fix = fixed(tmp, args)
-    rs = ref["summary"]
-    print(f"refinement: {ref['seconds']:.0f} s wall, {len(ref['levels'])} levels per mode {ref['levels']}, "
-          f"crossover {rs['crossover_concurrency']} {rs['crossover_ci95']} (hi/lo {width(rs):.2f})")
-    if fix["summary"]:
+        ref = fix = None
+        stopped = None
+        try:
+            ref = refinement(tmp, args)
+            fix = fixed(tmp, args)
+        except KeyboardInterrupt as stop:
+            stopped = str(stop) or "Ctrl-C"
+            print(f"interrupted ({stopped}): the emulator this script started was stopped; the figures reached so far")
+    if ref is None:
+        print("refinement: interrupted before it finished, no figure")
+    else:
+        rs = ref["summary"]
+        print(f"refinement: {ref['seconds']:.0f} s wall, {len(ref['levels'])} levels per mode {ref['levels']}, "
+              f"crossover {rs['crossover_concurrency']} {rs['crossover_ci95']} (hi/lo {width(rs):.2f})")
+    if fix is None:
+        print("fixed sweep: interrupted before a grid reached the ratio, no figure (the grids tried are above)")
+    elif fix["summary"]:
         fs = fix["summary"]
         print(f"fixed sweep: {fix['seconds']:.0f} s wall for the grid that reached it ({len(fix['levels'])} levels per "
               f"mode), {fix['all_seconds']:.0f} s for every grid tried; crossover {fs['crossover_concurrency']} "
               f"{fs['crossover_ci95']} (hi/lo {width(fs):.2f})")
     else:
         print(f"fixed sweep: no grid tried reached hi/lo <= {args.ratio} ({fix['all_seconds']:.0f} s spent)")
+    if stopped:
+        return 130
     return 0
 
 

@@ -488,11 +488,25 @@ def crossover(levels: list[dict], draws: int = BOOTSTRAP_DRAWS) -> dict:
     main = crossings[first_pays] if first_pays is not None and first_pays < len(crossings) else None
     public_regions = [{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict", "levels")} for r in regs]
     out = dict(empty, status=status, regions=public_regions, crossings=crossings, notes=notes)
+    # Levels whose interval straddles 1 but that were read with their neighbours: the texts name
+    # them, so that "slower at every level" is never said of a level that was not clearly slower.
+    out["unclear_read_as"] = [c for c, r, s in zip(concs, raw, settled, strict=True) if r == UNCLEAR and s != UNCLEAR]
     if main:
         out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
                    bracket=main["bracket"])
-    out["text"] = _verdict_text(status, regs, crossings, main, values, concs)
+    text = _verdict_text(status, regs, crossings, main, values, concs)
+    if out["unclear_read_as"]:
+        text = text.replace("at every level measured", "at every level where the difference is clear")
+    out["text"] = text + _unclear_words(out["unclear_read_as"])
     return out
+
+
+def _unclear_words(concs: list[float]) -> str:
+    """The clause that names unclear levels read with their neighbours ('' when none)."""
+    if not concs:
+        return ""
+    where = ", ".join(f"C={c:g}" for c in concs)
+    return f" ({where}: the speedup's interval straddles 1, unclear on its own, read with its neighbours)"
 
 
 def _region_words(reg: dict) -> str:
@@ -666,8 +680,9 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         table = adaptive_table_for([])
         if c_min is not None and c_min <= 1:
             text = (
-                f"Do not speculate: {spec_mode} is slower than the baseline at every level measured, "
-                f"from C={c_min:g}. Serve the baseline mode."
+                f"Do not speculate: {spec_mode} is slower than the baseline at every level "
+                f"{'where the difference is clear' if cross.get('unclear_read_as') else 'measured'}, "
+                f"from C={c_min:g}{_unclear_words(cross.get('unclear_read_as') or [])}. Serve the baseline mode."
             )
         else:
             text = (

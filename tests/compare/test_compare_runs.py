@@ -105,7 +105,19 @@ def test_crossover_matches_the_emulators_analytic_model_within_one_level(accurac
     found = summary(run_dir, host)
     truth = truth_crossover(profile, *lengths)
     assert found["complete"], found["incomplete_reasons"]
+    # Near C=1.3 (Kimi) the first level's speedup is a few percent: its interval may straddle 1
+    # (unclear), and an unclear level at the end of the series is read with its neighbours, so
+    # never_pays is an honest answer there. It must then still put the crossing right: below the
+    # first level that clearly loses, and every level from there on clearly slower.
     assert found["crossover_status"] in ("crosses", "never_pays"), found["crossover_text"]
+    if found["crossover_status"] == "never_pays":
+        verdicts = [lv["verdict"] for lv in found["levels"]]
+        assert "pays" not in verdicts, found["levels"]
+        first_loss = next(lv["concurrency"] for lv in found["levels"] if lv["verdict"] == "loses")
+        assert truth <= first_loss, (truth, found["levels"])
+        assert all(v == "loses" for v in verdicts[verdicts.index("loses"):]), found["levels"]
+        unclear = [lv["concurrency"] for lv in found["levels"] if lv["verdict"] == "unclear"]
+        assert all(f"C={c:g}" in found["crossover_text"] for c in unclear), found["crossover_text"]
     assert within_one_level(found, truth, levels), (truth, found["crossover_concurrency"], found["crossover_ci95"])
     if found["crossover_status"] == "crosses":
         assert found["speculate_below"] == math.ceil(found["crossover_concurrency"])

@@ -396,3 +396,13 @@ def test_launches_are_pooled_so_launch_to_launch_variation_widens_the_interval()
     assert by_conc[30]["launches"] == 1 and not by_conc[30]["refined"]
     assert [r["tag"] for r in pooled["runs"]] == ["launch1", "launch2", "refine1"]
     assert cmp.split_run_name("eagle3@refine2") == ("eagle3", "refine2") and cmp.split_run_name("eagle3") == ("eagle3", None)
+
+
+def test_an_unclear_first_level_read_as_losing_is_named_not_called_slower():
+    cross = cmp.crossover([{"concurrency": 1, "speedup": 1.04, "speedup_ci95": [0.96, 1.13]},
+                           {"concurrency": 2, "speedup": 0.94, "speedup_ci95": [0.90, 0.985]},
+                           {"concurrency": 4, "speedup": 0.64, "speedup_ci95": [0.61, 0.66]}])
+    assert cross["status"] == "never_pays" and cross["unclear_read_as"] == [1.0]
+    assert "at every level measured" not in cross["text"] and "C=1: the speedup's interval straddles 1" in cross["text"]
+    rec = cmp.recommendation(cross, "eagle3", [1.0, 2.0, 4.0])
+    assert "where the difference is clear" in rec["text"] and "C=1:" in rec["text"]

@@ -2,8 +2,9 @@
 emulated nodes (real processes, localhost only). Three shared runs:
 
 * ``moe_run``: compare.yml on the kimi-k2.5-moe profile (speculation loses at small batches, pays at
-  moderate ones, loses again): the report says ``multiple`` with the regions where the emulator's
-  analytic model puts them.
+  moderate ones, loses again) with ``compare_launches: 2``: each mode launched twice, interleaved
+  (A B A B, a fresh server each time, ``<mode>@launchN.json``), the levels pooled; the report says
+  ``multiple`` with the regions where the emulator's analytic model puts them.
 * ``adaptive_run`` (after moe_run): bench.yml runs eagle3-adaptive on two hosts at once, one launched
   with the table that report recommends, one with SGLang's default table; the tracking check holds
   the first to the better fixed mode at every level and fails the second.
@@ -33,6 +34,7 @@ MOE = "kimi-k2.5-moe"
 LLAMA = "llama-3.1-8b-1x-h100"
 MOE_LEVELS = [4, 32, 128]
 MOE_LEN = 32
+MOE_LAUNCHES = 2
 LLAMA_LEVELS = [20, 80]
 LLAMA_LEN = 32
 
@@ -58,21 +60,28 @@ def moe_truth_crossings() -> list[float]:
 
 
 def results_of(run_dir: Path, host: str) -> dict:
-    return {p.stem: json.loads(p.read_text()) for p in (run_dir / host).glob("*.json")
-            if p.stem in ("baseline", "eagle3", "eagle3-adaptive")}
+    """Each mode's results on a host, its launches (<mode>@launchN.json) pooled as compare pools them."""
+    runs: dict[str, list] = {}
+    for path in (run_dir / host).glob("*.json"):
+        mode, tag = cmp.split_run_name(path.stem)
+        if mode in ("baseline", "eagle3", "eagle3-adaptive"):
+            runs.setdefault(mode, []).append((tag, json.loads(path.read_text())))
+    return {mode: cmp.pool_runs(found) for mode, found in runs.items()}
 
 
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory):
     def build(tmp: Path):
         node = tmp / "node-moe"
+        # Two launches of each mode, interleaved (compare_launches: 2), pooled per level: the
+        # regions below come from the pooled levels. Half the window per launch.
         hosts = {"moe": node_vars(node, free_port(), MOE, 0.5, bench_concurrency=MOE_LEVELS,
                                   bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
-                                  bench_warmup_s=1, bench_window_s=3)}
+                                  bench_warmup_s=1, bench_window_s=2)}
         try:
             return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
                                 extravars={"results_dir": str(tmp / "results"), "run_id": "moe",
-                                           "compare_plots": False}, timeout=420)
+                                           "compare_plots": False, "compare_launches": MOE_LAUNCHES}, timeout=420)
         finally:
             kill_node_servers(node)
 
@@ -144,6 +153,29 @@ def test_the_moe_profile_reports_multiple_with_both_regions_where_the_model_puts
     report = (run_dir / "moe" / "report.md").read_text()
     assert "**Regions**: loses at C=4; pays at C=32; loses at C=128" in report
     assert "again" in found["recommendation"] or found["speculate_ranges"][0][0] > 1
+
+
+def test_compare_launches_interleaves_fresh_servers_and_pools_their_levels_into_the_summary(moe_run):
+    run, run_dir = moe_run
+    assert run.rc == 0, run.stdout[-4000:]
+    host_dir = run_dir / "moe"
+    launches = []
+    for n in range(1, MOE_LAUNCHES + 1):
+        for mode in ("baseline", "eagle3"):
+            result = json.loads((host_dir / f"{mode}@launch{n}.json").read_text())
+            info = result["server"]["server_info"]
+            launches.append((info["startup_time"], info["emulator"]["pid"], mode, n))
+            assert [lv["concurrency"] for lv in result["levels"]] == MOE_LEVELS
+    assert not (host_dir / "baseline.json").exists() and not (host_dir / "eagle3.json").exists()
+    # A fresh server each time (distinct pids and start times), started in the order A B A B.
+    assert len({pid for unused, pid, unused_m, unused_n in launches}) == len(launches), launches
+    assert len({t for t, unused, unused_m, unused_n in launches}) == len(launches), launches
+    assert [(m, n) for unused, unused_p, m, n in sorted(launches)] == \
+        [("baseline", 1), ("eagle3", 1), ("baseline", 2), ("eagle3", 2)], launches
+    # The pooled levels reach summary.json: every level of both modes from both launches.
+    found = summary(run_dir, "moe")
+    assert [lv["concurrency"] for lv in found["levels"]] == MOE_LEVELS
+    assert all(lv["launches"] == MOE_LAUNCHES for lv in found["levels"]), found["levels"]
 
 
 def test_the_adaptive_mode_with_the_recommended_table_tracks_the_better_mode_and_a_wrong_table_fails(adaptive_run):
