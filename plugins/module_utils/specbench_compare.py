@@ -53,6 +53,8 @@ import datetime
 import math
 import random
 
+from .specbench_client.stats import t975
+
 SCHEMA = "specbench.compare/1"
 BASELINE = "baseline"
 
@@ -1192,7 +1194,9 @@ def compact(summary: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 POOLED_METHOD = (
     "pooled over {k} launches: the mean of the launch means; standard error sqrt((s_between^2 + mean within-launch "
-    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-1.96 se"
+    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-t se, t on the Welch-Satterthwaite "
+    "degrees of freedom (k - 1 when the launches disagree more than each launch's own noise says: few launches, "
+    "wide interval), here t = {t:.3g}"
 )
 RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
 
@@ -1254,9 +1258,14 @@ def pool_level(levels: list[dict]) -> dict:
     within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
     within_mean = math.fsum(within) / len(within) if within else 0.0
     se = math.sqrt((between + within_mean) / k)
+    # The between-launch variance rests on k - 1 degrees of freedom; the within-launch part on
+    # many (each launch's own window). Welch-Satterthwaite: few launches that disagree get t(k-1).
+    df = (between + within_mean) ** 2 * (k - 1) / between ** 2 if between > 0 else math.inf
+    quantile = t975(max(1, math.floor(df))) if math.isfinite(df) else Z975
     out["output_tok_per_s"] = round(mean, 3)
-    out["output_tok_per_s_ci95"] = [round(max(0.0, mean - Z975 * se), 3), round(mean + Z975 * se, 3)] if se > 0 else None
-    out["ci_method"] = POOLED_METHOD.format(k=k)
+    out["output_tok_per_s_ci95"] = ([round(max(0.0, mean - quantile * se), 3), round(mean + quantile * se, 3)]
+                                    if se > 0 else None)
+    out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
     # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
     # comparison borrows the throughput's relative width for them).

@@ -392,6 +392,9 @@ def test_launches_are_pooled_so_launch_to_launch_variation_widens_the_interval()
     lo, hi = ten["output_tok_per_s_ci95"]
     assert lo < 1000.0 and hi > 1100.0  # the two launches disagree by far more than either's interval
     assert ten["ci_method"].startswith("pooled over 2 launches")
+    # Two launches that disagree this much leave one degree of freedom: t(1) = 12.7, not 1.96.
+    se = ((50.0 ** 2 * 2) / 2) ** 0.5  # s_between^2 = 5000 dominates the launches' own noise
+    assert hi - lo > 2 * 10 * se and "t = 12.7" in ten["ci_method"]
     assert by_conc[20]["refined"] and by_conc[20]["launches"] == 1
     assert by_conc[30]["launches"] == 1 and not by_conc[30]["refined"]
     assert [r["tag"] for r in pooled["runs"]] == ["launch1", "launch2", "refine1"]
