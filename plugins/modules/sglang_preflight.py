@@ -130,7 +130,8 @@ from ansible_collections.specbench.core.plugins.module_utils.sglang_preflight im
 
 def emulator_version(path: str | None) -> str | None:
     try:
-        with open(os.path.join(os.path.expanduser(path or ""), "__init__.py"), encoding="utf-8") as fh:
+        # path comes from the option emulator_path (type path: already expanded)
+        with open(os.path.join(path or "", "__init__.py"), encoding="utf-8") as fh:
             found = re.search(r'^REPORTED_VERSION\s*=\s*"([^"]+)"', fh.read(), re.M)
     except OSError:
         return None

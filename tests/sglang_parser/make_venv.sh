@@ -31,7 +31,10 @@ if [ -x "$VENV/bin/python" ] && [ "$(probe || true)" = "$SGLANG_VERSION" ]; then
     exit 0
 fi
 
-[ -n "$PYTHON" ] && command -v "$PYTHON" >/dev/null || { echo "make_venv: no python3 found; set PYTHON=" >&2; exit 1; }
+if [ -z "$PYTHON" ] || ! command -v "$PYTHON" >/dev/null; then
+    echo "make_venv: no python3 found; set PYTHON=" >&2
+    exit 1
+fi
 echo "make_venv: building $VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip

