@@ -231,6 +231,16 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
         lines.extend(_level_table(comp, base, spec_mode))
     table = summary.get("adaptive_table")
+    engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
+    if table and "vllm" in engines:
+        # SGLang's table means nothing to a vLLM server: say so instead of printing it.
+        lines.append("## Speculation by batch size")
+        lines.append("")
+        lines.append("These modes ran on vLLM, which has no per-batch-size switch like SGLang's "
+                     "`--speculative-adaptive-config`: the verdict above is the advice (serve the speculative mode "
+                     "where it pays, the baseline elsewhere).")
+        lines.append("")
+        table = None
     if table:
         lines.append("## SGLang adaptive speculation")
         lines.append("")

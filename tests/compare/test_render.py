@@ -89,3 +89,15 @@ def test_the_adaptive_config_file_is_sglangs_format_one_row_a_line():
 def test_atomic_write_leaves_no_temporary_file(tmp_path):
     rep.write_atomic(str(tmp_path / "sub" / "a.txt"), "x")
     assert [p.name for p in (tmp_path / "sub").iterdir()] == ["a.txt"]
+
+
+def test_a_vllm_report_gives_no_sglang_adaptive_table():
+    base = result("baseline", [level(1, 92.6), level(70, 690.0)])
+    spec = result("ngram", [level(1, 150.0, accept=3.4), level(70, 340.0, accept=3.4)])
+    for res in (base, spec):
+        res["engine"] = "vllm"
+    summary = cmp.summarize_host({"baseline": base, "ngram": spec}, "node-a", "run-1")
+    assert summary["adaptive_table"], "the maths still computes the table"
+    text = rep.render_markdown(summary, {})
+    assert "## SGLang adaptive speculation" not in text and "--speculative-adaptive-config adaptive-config.json" not in text
+    assert "## Speculation by batch size" in text and "vLLM" in text
