@@ -33,7 +33,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 EMULATOR = ROOT / "files" / "sglang_emulator"
 VENV_BIN = Path(sys.executable).parent
-sys.path.insert(0, str(ROOT / "files"))
+for extra in (ROOT / "files", ROOT / "collections"):  # the emulator package; specbench.core from the checkout
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
 
 
 # ---------------------------------------------------------------------------------------------

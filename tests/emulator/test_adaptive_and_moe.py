@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import math
 import random
-import time
-import urllib.error
 import urllib.request
 
 import pytest
 from loadgen import closed_loop_throughput
 
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import flush_cache
 from sglang_emulator import model
 from sglang_emulator.profiles import PROFILES
 
@@ -94,19 +93,6 @@ def server_accept_length(base_url: str) -> float:
         return json.loads(resp.read())["internal_states"][0]["avg_spec_accept_length"]
 
 
-def flush_when_idle(base_url: str, timeout_s: float = 30.0) -> None:
-    """POST /flush_cache once the requests still in flight are done (SGLang refuses it with 400 before)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            urllib.request.urlopen(urllib.request.Request(base_url + "/flush_cache", method="POST"), timeout=30).read()
-            return
-        except urllib.error.HTTPError as exc:
-            if exc.code != 400 or time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-
-
 def test_a_live_adaptive_server_picks_its_steps_from_what_it_accepts(emulator, tmp_path):
     """Same table, two draft models of different acceptance: different step counts, seen in the
     accept length the server reports (q=0.6 settles on 3 steps, q=0.32 on 1)."""
@@ -121,7 +107,7 @@ def test_a_live_adaptive_server_picks_its_steps_from_what_it_accepts(emulator, t
                        "--speculative-adaptive-config", str(table), time_scale=0.05)
         # Let the adaptive state settle, forget the counters (SGLang's /flush_cache), then measure.
         closed_loop_throughput(emu.base_url, 2, input_len=16, output_len=128, warmup_s=0.5, window_s=1.0)
-        flush_when_idle(emu.base_url)
+        assert flush_cache({"base_url": emu.base_url}, wait_s=30.0), "the server never went idle to flush"
         closed_loop_throughput(emu.base_url, 2, input_len=16, output_len=128, warmup_s=0.2, window_s=1.5)
         found[profile] = server_accept_length(emu.base_url)
         emu.stop()
