@@ -2,6 +2,8 @@
 folder has a conftest.py, so ``from conftest import`` would be ambiguous)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from specbench_testkit import Emulator
 
@@ -19,3 +21,44 @@ def emulator(tmp_path):
     yield start
     for emu in started:
         emu.stop()
+
+
+# Scheduling under ``pytest -n 2 --dist loadgroup`` (tests/run): each file is one group, as with
+# --dist loadfile (a module's fixtures start once), except that every file of tests/vllm shares
+# the group "vllm", so the session-scoped pool of vLLM servers (tests/vllm/conftest.py) starts
+# each server once for all of them. That group is the longest (real servers starting on a busy
+# CPU), so it is queued first (tests/run passes --no-loadscope-reorder: groups go out in this
+# order) and the other worker takes the rest meanwhile. The hook runs first, before xdist's own
+# one reads the marks.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    del config
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))  # stable: files keep their order
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::", 1)[0]
+            item.add_marker(pytest.mark.xdist_group("vllm" if path.startswith("tests/vllm/") else path))
+
+
+# In CI (CI=true, as .ci/run runs there) a test may skip only for what no machine of this
+# project's CI can have; any other skip (a missing tool, venv or user that .ci/run installs)
+# fails, so what CI checks never depends on what the machine happened to have.
+SKIPS_ALLOWED_IN_CI = (
+    "systemd is not PID 1",  # tests/node/test_node_first_hour_units.py: containers, CI
+    "needs an NVIDIA GPU",   # the GPU checks: CI has no GPU
+)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    del item, call
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes") or not report.skipped:
+        return
+    reason = str(report.longrepr[-1] if isinstance(report.longrepr, tuple) else report.longrepr)
+    if not any(allowed in reason for allowed in SKIPS_ALLOWED_IN_CI):
+        report.outcome = "failed"
+        report.longrepr = (f"skipped in CI, where nothing may be: {reason}. .ci/run must install or build what this "
+                           "test needs (or, for what no CI machine can have, add the reason to SKIPS_ALLOWED_IN_CI "
+                           "in tests/conftest.py)")

@@ -443,3 +443,48 @@ def test_unmeasured_level_has_the_fields_of_a_measured_one():
                 "accept_length", "server_running", "server_queued", "client", "warnings"):
         assert key in level
     assert sc.format_level_line(level).startswith("C=  30 | output      -  tok/s")
+
+
+# -- the server's counters at a window's edges ----------------------------------------------
+def _stepped_counter(t: float) -> float:
+    """A counter that moves in steps, as a server's does at C = 1: 64 tokens every 0.25 s."""
+    return 64.0 * math.floor(t / 0.25)
+
+
+def _scrapes(latencies: list[float], start: float = 0.0, interval: float = 0.1) -> list[tuple]:
+    """(sent, received, value) scrapes; each reads the counter at some instant between the two."""
+    out, t = [], start
+    for i, lat in enumerate(latencies):
+        read = t + lat * ((i * 0.37) % 1.0)  # somewhere inside the round trip
+        out.append((t, t + lat, _stepped_counter(read)))
+        t += lat + interval
+    return out
+
+
+def test_counter_at_bounds_the_truth_whatever_the_scrape_latency():
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import counter_at
+
+    samples = _scrapes([0.002, 0.3, 0.01, 0.05, 0.4, 0.003] * 20)
+    for i in range(1, 200):
+        t = i * 0.0513
+        found = counter_at(samples, t)
+        if found is None:
+            continue
+        low, estimate, high = found
+        assert low <= _stepped_counter(t) <= high and low <= estimate <= high, (t, found)
+    assert counter_at(samples, -1.0) is None and counter_at(samples, 1e6) is None
+
+
+def test_over_window_gives_bounds_that_hold_and_accept_length_bounds():
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import MetricsPoller
+
+    poller = MetricsPoller({"metrics_interval_s": 0.1}, 0.0)
+    for sent, received, value in _scrapes([0.01, 0.2, 0.02] * 40):
+        # running, queued, generated, drafts (one per 4 tokens), accepted (3 of every 4 tokens)
+        poller.samples.append((sent, received, 1.0, 0.0, value, value / 4, value * 3 / 4))
+    out = poller.over_window(1.0, 5.0)
+    truth = _stepped_counter(5.0) - _stepped_counter(1.0)
+    low, high = out["generated_tokens_bounds"]
+    assert low <= truth <= high and low <= out["generated_tokens"] <= high
+    a_low, a_high = out["accept_length_bounds"]
+    assert a_low <= 4.0 <= a_high and a_low <= out["accept_length"] <= a_high

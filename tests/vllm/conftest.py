@@ -1,6 +1,8 @@
 """Fixtures of the vLLM tests: skip without the vLLM venv (CI builds it with make_venv.sh), the
-tiny models once per session, and each playbook run shared by the tests that read it (one
-server per mode, module-scoped), with the launched tree killed afterwards if a run left it."""
+tiny models once per session, and the pool of playbook runs the measuring tests share
+(``vllm_pool``: session-scoped, so each run, and each server it launches, starts once for every
+file here; tests/conftest.py keeps all of tests/vllm on one pytest worker). Ad hoc runs (bad
+inputs) go through ``vllm_run``. Any launched tree a run left is killed at the end."""
 from __future__ import annotations
 
 import json
@@ -55,12 +57,8 @@ class VllmRun:
             if (self.node / "state" / "server.json").is_file() else {}
 
 
-@pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory, models):
-    """Factory: ``vllm_run(name, playbook, extravars, **hostvars)`` runs it once (a real server
-    launched by the playbook on a free port), scraping /metrics the whole time."""
-    del models
-    folders = []
+def _runner(tmp_path_factory):
+    folders: list[Path] = []
 
     def run(name: str, playbook: str, extravars: dict, **hostvars) -> VllmRun:
         folder = tmp_path_factory.mktemp(name)
@@ -71,6 +69,44 @@ def vllm_run(tmp_path_factory, models):
                                           vllmkit.bench_vars(folder, **extravars), timeout=900)
         return VllmRun(result, scraper, folder, port)
 
+    return run, folders
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory, models):
+    """Factory: ``vllm_run(name, playbook, extravars, **hostvars)`` runs it once (a real server
+    launched by the playbook on a free port), scraping /metrics the whole time."""
+    del models
+    run, folders = _runner(tmp_path_factory)
     yield run
+    for folder in folders:
+        kill_recorded(folder / "node")
+
+
+# The measuring runs, each started once per session and read by every test that needs it:
+#   compare: playbooks/compare.yml, baseline, n-gram and a draft model on the chat API (one
+#            server per mode, launched and torn down by the playbook, as on a node);
+#   bench:   bench.yml, n-gram on the completions API (the one-mode entry point; n-gram's
+#            multi-token chunks are the harder case for the client's counting).
+POOL = {
+    "compare": ("playbooks/compare.yml", {"compare_modes": ["baseline", "ngram", "draft"], "bench_api": "chat"}),
+    "bench": ("bench.yml", {"mode": "ngram", "bench_api": "completions"}),
+}
+
+
+@pytest.fixture(scope="session")
+def vllm_pool(tmp_path_factory, models):
+    """``vllm_pool(name)``: the run named in POOL, run the first time it is asked for."""
+    del models
+    run, folders = _runner(tmp_path_factory)
+    done: dict[str, VllmRun] = {}
+
+    def get(name: str) -> VllmRun:
+        if name not in done:
+            playbook, extravars = POOL[name]
+            done[name] = run(f"pool-{name}", playbook, dict(extravars))
+        return done[name]
+
+    yield get
     for folder in folders:
         kill_recorded(folder / "node")

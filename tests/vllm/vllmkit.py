@@ -28,8 +28,8 @@ COUNTERS = {
     b"vllm:spec_decode_num_accepted_tokens_total": "accepted",
 }
 
-__all__ = ["MODELS", "VENV_PYTHON", "Scraper", "free_port", "make_models", "node_vars", "rate_tolerance",
-           "run_playbook", "session_processes", "utc"]
+__all__ = ["MODELS", "VENV_PYTHON", "Scraper", "assert_client_count_within_server_bounds", "assert_overlap",
+           "free_port", "in_flight_tokens", "make_models", "node_vars", "run_playbook", "session_processes", "utc"]
 
 
 def venv_missing() -> str | None:
@@ -88,15 +88,23 @@ def bench_vars(tmp: Path, **extra) -> dict:
     return out
 
 
+# The window's edges reach the test as UTC text with milliseconds, moved from the client's
+# monotonic clock by an offset read once: each edge is known to within this (0.5 ms rounding,
+# the offset's read, with room).
+EDGE_CLOCK_S = 0.002
+
+
 class Scraper(threading.Thread):
     """Reads the server's /metrics every ``interval`` s, on its own (not the client's figures):
-    (wall-clock time, counters) while a playbook runs."""
+    (sent, received, counters) in wall-clock time while a playbook runs. The server read its
+    counters somewhere between a scrape's sending and its reply, so a counter's value at an
+    instant is bounded by the last scrape answered before it and the first one sent after it."""
 
     def __init__(self, port: int, interval: float = 0.1):
         super().__init__(daemon=True)
         self.url = f"http://127.0.0.1:{port}/metrics"
         self.interval = interval
-        self.samples: list[tuple[float, dict]] = []
+        self.samples: list[tuple[float, float, dict]] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -114,7 +122,7 @@ class Scraper(threading.Thread):
                     if name in COUNTERS:
                         key = COUNTERS[name]
                         values[key] = values.get(key, 0.0) + float(line.rsplit(b" ", 1)[1])
-                self.samples.append(((sent + time.time()) / 2, values))
+                self.samples.append((sent, time.time(), values))
             self.stop.wait(self.interval)
 
     def __enter__(self):
@@ -125,34 +133,67 @@ class Scraper(threading.Thread):
         self.stop.set()
         self.join(5)
 
-    def at(self, key: str, t: float, span: float = 0.6) -> float:
-        """The counter at wall-clock ``t``: a least-squares line through the samples within
-        ``span`` of it (scrapes are served a little late or early on a busy machine)."""
-        points = [(s, v[key]) for s, v in self.samples if key in v]
-        near = [p for p in points if abs(p[0] - t) <= span]
-        assert near and near[0][0] <= t <= near[-1][0], f"no samples of {key} around {t}"
-        n = len(near)
-        mt = sum(p[0] for p in near) / n
-        mv = sum(p[1] for p in near) / n
-        var = sum((p[0] - mt) ** 2 for p in near)
-        slope = sum((p[0] - mt) * (p[1] - mv) for p in near) / var if var else 0.0
-        return mv + slope * (t - mt)
+    def bounds(self, key: str, t: float) -> tuple[float, float]:
+        """(low, high) of counter ``key`` at wall-clock ``t`` (known to EDGE_CLOCK_S)."""
+        below = [v[key] for s, r, v in self.samples if key in v and r <= t - EDGE_CLOCK_S]
+        above = [v[key] for s, r, v in self.samples if key in v and s >= t + EDGE_CLOCK_S]
+        assert below and above, f"no scrapes of {key} either side of {t}"
+        return below[-1], above[0]
 
     def over(self, level: dict) -> dict:
-        """The server's own figures over a level's recorded window."""
+        """The server's own figures over a level's recorded window, as bounds: generated tokens
+        ``(low, high)`` and, for a speculative server, accept length ``(low, high)`` (each
+        counter's extremes taken independently, so they hold whatever happened between scrapes)."""
         ws, we = utc(level["window_start_utc"]), utc(level["window_end_utc"])
-        out = {"rate": (self.at("generated", we) - self.at("generated", ws)) / (we - ws)}
-        if any("drafts" in v for t, v in self.samples if ws <= t <= we):  # a speculative server
-            drafts = self.at("drafts", we) - self.at("drafts", ws)
-            out["accept_length"] = 1 + (self.at("accepted", we) - self.at("accepted", ws)) / drafts
+        out = {}
+        for key in ("generated", "drafts", "accepted"):
+            if not any(key in values for unused, unused_too, values in self.samples):
+                continue
+            (lo_s, hi_s), (lo_e, hi_e) = self.bounds(key, ws), self.bounds(key, we)
+            out[key] = (lo_e - hi_s, hi_e - lo_s)
+        if "drafts" in out and out["drafts"][1] > 0:  # a speculative server
+            drafts, accepted = out["drafts"], out["accepted"]
+            assert drafts[0] > 0, f"too few drafts in the window to bound accept length: {drafts}"
+            out["accept_length"] = (1 + max(0.0, accepted[0]) / drafts[1], 1 + accepted[1] / drafts[0])
         return out
 
 
-def rate_tolerance(level: dict, chunk_tokens: int = 5) -> float:
-    """2 %, plus the resolution of the client's count at the window's two edges: one chunk each
-    (up to k + 1 = 5 tokens with speculation). It matters only at low-rate levels (a few hundred
-    tokens in an 8 s window): +0.22 % at 560 tok/s, +2.8 % at 44 tok/s."""
-    return 0.02 + 2 * chunk_tokens / (level["output_tok_per_s"] * level["window_s"])
+def in_flight_tokens(level: dict, k: int) -> float:
+    """How far the client's count of a window may stray from the server's counter over the same
+    window, in tokens, at each edge: the tokens the server had counted but the client had not yet
+    received. vLLM counts a step's tokens in its output handler right after it hands them to the
+    requests' streams and before those streams write (vllm/v1/engine/async_llm.py,
+    output_handler: process_outputs, then the stat logger's record), and a stream that falls
+    behind gets its pending outputs merged into one chunk (RequestOutputCollector.put in
+    vllm/v1/engine/output_processor.py). We allow each running request two steps in flight at an
+    edge (the one being written and one more while the event loop serves a scrape), each of at
+    most k + 1 tokens (k drafted plus the bonus token; k = 0 without speculation)."""
+    return level["concurrency"] * 2 * (k + 1)
+
+
+def rounding_tokens(level: dict) -> float:
+    """The recorded rate and window are rounded to 1e-3: their product is known to this many tokens."""
+    return 0.0005 * level["window_s"] + 0.0005 * level["output_tok_per_s"] + 0.01
+
+
+def assert_client_count_within_server_bounds(level: dict, server: dict, k: int) -> None:
+    """The client's tokens over the window (rate x window) against the server's counter over the
+    same window: the counter's bounds from the scrapes, widened by the tokens in flight at each
+    edge (in_flight_tokens) and the rounding. The bound is derived, not a percentage."""
+    client = level["output_tok_per_s"] * level["window_s"]
+    low, high = server["generated"]
+    slack = in_flight_tokens(level, k) + rounding_tokens(level)
+    assert low - slack <= client <= high + slack, (
+        f"C={level['concurrency']}: client counted {client:.1f} tokens in the window, the server "
+        f"[{low:.0f}, {high:.0f}] +- {slack:.1f} in flight")
+
+
+def assert_overlap(name: str, level: dict, mine, theirs) -> None:
+    """Two bounds of the same quantity (the client's scrapes and the test's own) both hold the
+    truth, so they overlap (to the recorded figures' rounding)."""
+    assert mine is not None and theirs is not None, (name, mine, theirs)
+    assert mine[0] <= theirs[1] + 0.05 and theirs[0] <= mine[1] + 0.05, (
+        f"C={level['concurrency']}: {name}: the client's bounds {mine} and the test's {list(theirs)} do not overlap")
 
 
 def utc(text: str) -> float:

@@ -297,6 +297,9 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         level["accept_length"] = round(sum(counted) / len(counted), 4)
         level["accept_length_source"] = ("/metrics spec_decode counters over the window: "
                                          "1 + delta(accepted) / delta(drafts)")
+        bounds = [r["metrics"].get("accept_length_bounds") for r in raws if (r.get("metrics") or {}).get("accept_length")]
+        if len(bounds) == 1 and bounds[0]:
+            level["accept_length_bounds"] = bounds[0]  # what the scrapes at the window's edges allow
     for key in ("_spec_verify", "_spec_ct", "_spec_verify_sum"):
         level.pop(key, None)
     level.setdefault("accept_length", None)

@@ -201,29 +201,37 @@ def parse_metrics(text: bytes, generated: bool = False):
     return running, queued
 
 
-EDGE_SPAN_S = 0.6  # a counter's value at a window edge: a straight line through the samples this near it
+def counter_at(samples: list, t: float):
+    """A monotone counter at time ``t`` from ``(sent, received, value)`` samples in time order:
+    ``(low, estimate, high)``, or None unless samples bracket ``t``.
+
+    The server read its counter somewhere between a scrape's sending and its reply, so the last
+    sample answered by ``t`` is a lower bound of the counter at ``t`` and the first sample sent
+    from ``t`` on an upper bound: the truth lies in [low, high], whatever the rate did in between.
+    The estimate is the straight line between those two samples at their midpoints, kept inside
+    the bound. (No fit over a wider span: at low concurrency the counter moves in steps, and a
+    line through a second of steps misses the value at ``t`` by a fraction of a request.)"""
+    below = [s for s in samples if s[1] <= t]
+    above = [s for s in samples if s[0] >= t]
+    if not below or not above:
+        return None
+    (s1, r1, low), (s2, r2, high) = below[-1], above[0]
+    if high < low:  # a counter reset (a restarted server) between the two: no bound holds
+        return None
+    m1, m2 = (s1 + r1) / 2, (s2 + r2) / 2
+    estimate = low if m2 <= m1 else low + (high - low) * min(1.0, max(0.0, (t - m1) / (m2 - m1)))
+    return low, estimate, high
 
 
-def counter_at(points: list, t: float, span: float = EDGE_SPAN_S):
-    """A counter's value at time ``t`` from (time, value) samples in time order: the least-squares
-    line through the samples within ``span`` of ``t`` when there are samples on both sides (it
-    evens out when each scrape happened to be served), else the straight line between the samples
-    either side; None unless samples bracket ``t``."""
-    before = [p for p in points if p[0] <= t]
-    after = [p for p in points if p[0] > t]
-    if not before or not after:
-        return before[-1][1] if before and before[-1][0] == t else None
-    near = [p for p in points if abs(p[0] - t) <= span]
-    if len(near) >= 4 and near[0][0] <= t < near[-1][0]:
-        n = len(near)
-        mt = sum(p[0] for p in near) / n
-        mv = sum(p[1] for p in near) / n
-        var = sum((p[0] - mt) ** 2 for p in near)
-        if var > 0:
-            slope = sum((p[0] - mt) * (p[1] - mv) for p in near) / var
-            return mv + slope * (t - mt)
-    (t1, v1), (t2, v2) = before[-1], after[0]
-    return v1 + (v2 - v1) * (t - t1) / (t2 - t1)
+def window_counts(samples: list, slots: tuple, ws: float, we: float) -> dict:
+    """Per slot (index of a counter in the poller's samples) the increase over [ws, we] as
+    ``(low, estimate, high)`` from :func:`counter_at` at both edges, or None."""
+    out = {}
+    for slot in slots:
+        points = [(s[0], s[1], s[slot]) for s in samples if s[slot] is not None]
+        start, end = counter_at(points, ws), counter_at(points, we)
+        out[slot] = None if start is None or end is None else (end[0] - start[2], end[1] - start[1], end[2] - start[0])
+    return out
 
 
 class MetricsPoller(threading.Thread):
@@ -249,45 +257,49 @@ class MetricsPoller(threading.Thread):
             except ServerError as exc:
                 self.error = str(exc)
                 status, data = 0, b""
-            t = (sent + time.monotonic()) / 2  # the server read its counters somewhere in between
+            received = time.monotonic()  # the server read its counters somewhere in between
             if status == 200:
                 running, queued, total, drafts, accepted = parse_all_metrics(data)
                 if running is not None:
-                    self.samples.append((t, running, queued or 0.0, total, drafts, accepted))
+                    self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted))
             if self.halt.is_set():
                 break  # the last sample comes after the level ended: the window's end is bracketed
             self.halt.wait(interval)
 
     def over_window(self, ws: float, we: float) -> dict:
-        """Counters interpolated at the window's edges (the same window the client measured):
-        generated tokens per second and, where the engine counts them, the spec-decode accept
-        length 1 + delta(accepted) / delta(drafts). Empty when no samples bracket the window."""
+        """The server's counters over the window the client measured: generated tokens (per
+        second, with the bounds the scrapes allow) and, where the engine counts them, the
+        spec-decode accept length 1 + delta(accepted) / delta(drafts) with its bounds (each
+        counter's extremes taken independently, so the bounds hold whatever the counters did
+        between two scrapes). Empty when no samples bracket the window."""
         out: dict = {}
-        edges = {}
-        for slot in (3, 4, 5):
-            points = [(s[0], s[slot]) for s in self.samples if s[slot] is not None]
-            start, end = counter_at(points, ws), counter_at(points, we)
-            edges[slot] = None if start is None or end is None else end - start
-        if edges[3] is not None and we > ws:
-            out["generated_tok_per_s"] = round(edges[3] / (we - ws), 3)
-            out["generated_tokens"] = round(edges[3], 1)
-        if edges[4] and edges[5] is not None:
-            out["accept_length"] = round(1.0 + edges[5] / edges[4], 4)
-            out["spec_drafts"] = round(edges[4], 1)
-            out["spec_accepted"] = round(edges[5], 1)
+        span = we - ws
+        counts = window_counts(self.samples, (4, 5, 6), ws, we)
+        generated, drafts, accepted = counts[4], counts[5], counts[6]
+        if generated is not None and span > 0:
+            out["generated_tok_per_s"] = round(generated[1] / span, 3)
+            out["generated_tokens"] = round(generated[1], 1)
+            out["generated_tokens_bounds"] = [round(generated[0], 1), round(generated[2], 1)]
+        if drafts and accepted is not None and drafts[1] > 0:
+            out["accept_length"] = round(1.0 + accepted[1] / drafts[1], 4)
+            out["spec_drafts"] = round(drafts[1], 1)
+            out["spec_accepted"] = round(accepted[1], 1)
+            if drafts[0] > 0:
+                out["accept_length_bounds"] = [round(1.0 + max(0.0, accepted[0]) / drafts[2], 4),
+                                               round(1.0 + accepted[2] / drafts[0], 4)]
         return out
 
     def result(self, ws: float | None, we: float | None) -> dict | None:
         """mean and max of the samples taken inside the window [ws, we]."""
         if ws is None:
             return None
-        inside = [s for s in self.samples if ws <= s[0] <= (we if we is not None else math.inf)]
+        inside = [s for s in self.samples if ws <= s[0] and s[1] <= (we if we is not None else math.inf)]
         if not inside:
             return None
-        runs = [s[1] for s in inside]
-        queues = [s[2] for s in inside]
+        runs = [s[2] for s in inside]
+        queues = [s[3] for s in inside]
         rate = None
-        counted = [(s[0], s[3]) for s in inside if s[3] is not None]
+        counted = [((s[0] + s[1]) / 2, s[4]) for s in inside if s[4] is not None]
         if len(counted) >= 2 and counted[-1][0] > counted[0][0]:
             rate = (counted[-1][1] - counted[0][1]) / (counted[-1][0] - counted[0][0])
         out = {"running": {"mean": round(sum(runs) / len(runs), 2), "max": max(runs)},

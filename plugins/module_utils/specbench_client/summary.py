@@ -203,8 +203,14 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         level["server_queued"] = metrics[-1]["queued"]
         rates = [m["generated_tok_per_s"] for m in metrics if m.get("generated_tok_per_s") is not None]
         level["server_output_tok_per_s"] = round(sum(rates) / len(rates), 3) if rates else None
+        # What the scrapes allow the server's count over the window to be (server.counter_at):
+        # the estimate above lies inside; one window's only (repeats are averaged).
+        bounds = metrics[-1].get("generated_tokens_bounds") if len(metrics) == 1 else None
+        level["server_generated_tokens"] = metrics[-1].get("generated_tokens") if bounds else None
+        level["server_generated_tokens_bounds"] = bounds
     else:
         level["server_running"] = level["server_queued"] = level["server_output_tok_per_s"] = None
+        level["server_generated_tokens"] = level["server_generated_tokens_bounds"] = None
     cpus = [c for r in raws for c in r["cpu"] if c is not None]
     lags = [g for r in raws for g in r["lag"] if g is not None]
     peak = max(cpus) if cpus else None
