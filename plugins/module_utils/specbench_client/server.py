@@ -84,21 +84,24 @@ def probe_server(settings: dict) -> dict:
     info = None
     found = None
     described = dict.fromkeys(engines.DESCRIBED)
+    info_path = None
     for engine in engines.ENGINES:
-        if not engine.INFO_PATH:
-            continue
-        status, data = http_call(settings, "GET", engine.INFO_PATH)
-        obj = json_or_none(data) if status == 200 else None
-        if isinstance(obj, dict) and engine.recognise(obj):
-            info = obj
-            found = engine
-            described = engine.describe(info)
+        for path in (engine.INFO_PATH, engine.INFO_FALLBACK):
+            if not path:
+                continue
+            status, data = http_call(settings, "GET", path)
+            obj = json_or_none(data) if status == 200 else None
+            if isinstance(obj, dict) and engine.recognise(obj):
+                info, found, info_path = obj, engine, path
+                described = engine.describe(info)
+                break
+        if found is not None:
             break
     status_m, data_m = http_call(settings, "GET", "/metrics")
     metrics = status_m == 200 and any(engine.METRIC_PREFIX in data_m for engine in engines.ENGINES)
     server = {"base_url": url, "model": model, "models": models}
     server.update((key, described.get(key)) for key in engines.DESCRIBED)
-    server.update(server_info=info, metrics_available=metrics)
+    server.update(server_info=info, metrics_available=metrics, info_path=info_path)
     if found is not None and found is not engines.DEFAULT:
         # Another engine than SGLang (the default): named so the level uses its adapter.
         server["engine"] = found.NAME
@@ -154,15 +157,18 @@ def flush_cache(settings: dict, wait_s: float = 10.0, engine=engines.DEFAULT) ->
         time.sleep(0.1)
 
 
-def server_accept_length(settings: dict, engine=engines.DEFAULT) -> float | None:
-    """The server's own accept length (the engine says where and how), None without one."""
-    if not engine.INFO_PATH:
+def server_accept_length(settings: dict, engine=engines.DEFAULT, path: str | None = None) -> dict | None:
+    """The server's own accept length ({"value", "ranks", "of"}: the engine says where and how),
+    from ``path`` (the description path the probe found) or the engine's INFO_PATH; None without one."""
+    path = path or engine.INFO_PATH
+    if not path:
         return None
     try:
-        status, data = http_call(settings, "GET", engine.INFO_PATH, timeout=5.0)
+        status, data = http_call(settings, "GET", path, timeout=5.0)
     except ServerError:
         return None
-    return engine.accept_length(json_or_none(data) if status == 200 else None)
+    found = engine.accept_length(json_or_none(data) if status == 200 else None)
+    return dict(found, path=path) if found else None
 
 
 # Every engine's metric names: the counters of whichever engine serves are summed.
@@ -171,13 +177,15 @@ _QUEUED = tuple(engine.QUEUED for engine in engines.ENGINES)
 _GENERATED = tuple(engine.GENERATED for engine in engines.ENGINES)
 _DRAFTS = tuple(engine.SPEC_DRAFTS for engine in engines.ENGINES if engine.SPEC_DRAFTS)
 _ACCEPTED = tuple(engine.SPEC_ACCEPTED for engine in engines.ENGINES if engine.SPEC_ACCEPTED)
+_VERIFY = tuple(engine.SPEC_VERIFY for engine in engines.ENGINES if engine.SPEC_VERIFY)
 _SLOT = dict([(n, 0) for n in _RUNNING] + [(n, 1) for n in _QUEUED] + [(n, 2) for n in _GENERATED]
-             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED])
+             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED] + [(n, 5) for n in _VERIFY])
 
 
 def parse_all_metrics(text: bytes) -> list:
-    """[running, queued, generated, drafts, accepted] summed over label sets (None: absent)."""
-    out: list = [None] * 5
+    """[running, queued, generated, drafts, accepted, verify calls] summed over label sets (None:
+    absent)."""
+    out: list = [None] * 6
     for line in text.splitlines():
         if not line or line[:1] == b"#":
             continue
@@ -234,6 +242,7 @@ class MetricsPoller(threading.Thread):
         self.settings = settings
         self.start_at = start_at
         self.samples: list[tuple] = []
+        self.half_widths: list[float] = []  # per sample: half the request's round trip (when it was read)
         self.error: str | None = None
         self.halt = threading.Event()
 
@@ -251,9 +260,10 @@ class MetricsPoller(threading.Thread):
                 status, data = 0, b""
             t = (sent + time.monotonic()) / 2  # the server read its counters somewhere in between
             if status == 200:
-                running, queued, total, drafts, accepted = parse_all_metrics(data)
+                running, queued, total, drafts, accepted, verify = parse_all_metrics(data)
                 if running is not None:
-                    self.samples.append((t, running, queued or 0.0, total, drafts, accepted))
+                    self.samples.append((t, running, queued or 0.0, total, drafts, accepted, verify))
+                    self.half_widths.append((time.monotonic() - sent) / 2)
             if self.halt.is_set():
                 break  # the last sample comes after the level ended: the window's end is bracketed
             self.halt.wait(interval)
@@ -261,10 +271,12 @@ class MetricsPoller(threading.Thread):
     def over_window(self, ws: float, we: float) -> dict:
         """Counters interpolated at the window's edges (the same window the client measured):
         generated tokens per second and, where the engine counts them, the spec-decode accept
-        length 1 + delta(accepted) / delta(drafts). Empty when no samples bracket the window."""
+        length (vLLM: 1 + delta(accepted) / delta(drafts); SGLang: delta(generated) /
+        delta(verify calls), both counted at each request's finish). Empty when no samples
+        bracket the window."""
         out: dict = {}
         edges = {}
-        for slot in (3, 4, 5):
+        for slot in (3, 4, 5, 6):
             points = [(s[0], s[slot]) for s in self.samples if s[slot] is not None]
             start, end = counter_at(points, ws), counter_at(points, we)
             edges[slot] = None if start is None or end is None else end - start
@@ -275,6 +287,9 @@ class MetricsPoller(threading.Thread):
             out["accept_length"] = round(1.0 + edges[5] / edges[4], 4)
             out["spec_drafts"] = round(edges[4], 1)
             out["spec_accepted"] = round(edges[5], 1)
+        elif edges[6] and edges[6] > 0 and edges[3] is not None:
+            out["accept_length"] = round(edges[3] / edges[6], 4)
+            out["spec_verify_calls"] = round(edges[6], 1)
         return out
 
     def result(self, ws: float | None, we: float | None) -> dict | None:
@@ -294,6 +309,13 @@ class MetricsPoller(threading.Thread):
                "queued": {"mean": round(sum(queues) / len(queues), 2), "max": max(queues)},
                "generated_tok_per_s": round(rate, 3) if rate is not None else None,
                "samples": len(runs)}
+        counted = [(s[0], s[3], hw) for s, hw in zip(self.samples, self.half_widths)  # noqa: B905
+                   if ws <= s[0] <= (we if we is not None else math.inf) and s[3] is not None]
+        if len(counted) >= 2:
+            # The generated-token counter as read, between the first and last samples inside the
+            # window (no interpolation): for engines that count a request at its finish.
+            (t0, v0, w0), (t1, v1, w1) = counted[0], counted[-1]
+            out["generated_between"] = {"from": t0, "to": t1, "tokens": v1 - v0, "half_widths": [w0, w1]}
         if we is not None:
             edges = self.over_window(ws, we)
             if "generated_tok_per_s" in edges:
