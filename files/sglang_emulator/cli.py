@@ -122,6 +122,11 @@ def resolve(args: argparse.Namespace) -> dict:
         raise StartupError("--emulator-time-scale must be positive")
     if args.tp_size < 1:
         raise StartupError("--tp-size must be at least 1")
+    if args.attn_dp_size < 1:
+        raise StartupError(f"--attn-dp-size must be positive (got {args.attn_dp_size}).")
+    if args.tp_size % args.attn_dp_size:
+        # srt/arg_groups/parallel_hook.py asserts it.
+        raise StartupError("AssertionError: tp_size must be divisible by attn_dp_size * attn_cp_size")
     warnings = []
     spec = None
     algo = args.speculative_algorithm

@@ -114,12 +114,12 @@ def test_accept_length_is_lifetime_per_rank_and_folds_at_the_decode_log(emulator
     """srt/managers/scheduler_components/internal_state.py (_average_accept_length, one entry of
     internal_states per DP rank) and metrics_reporter.py (totals folded when the decode log fires,
     every --decode-log-interval batches): before the first fold the key is absent."""
-    emu = emulator(*LLAMA, *EAGLE3, *TRIO, "--attn-dp-size", "2", "--decode-log-interval", "1000")
+    emu = emulator(*LLAMA, *EAGLE3, *TRIO, "--tp-size", "2", "--attn-dp-size", "2", "--decode-log-interval", "1000")
     body = {"text": "w " * 8, "sampling_params": {"max_new_tokens": 30, "ignore_eos": True}}
     http("POST", emu.base_url + "/generate", body)
     states = info(emu.base_url)["internal_states"]
     assert len(states) == 2 and all("avg_spec_accept_length" not in s for s in states)
-    often = emulator(*LLAMA, *EAGLE3, *TRIO, "--attn-dp-size", "2", "--decode-log-interval", "1")
+    often = emulator(*LLAMA, *EAGLE3, *TRIO, "--tp-size", "2", "--attn-dp-size", "2", "--decode-log-interval", "1")
     for _unused in range(2):  # the DP controller's round robin: one request on each rank
         http("POST", often.base_url + "/generate", body)
     states = info(often.base_url)["internal_states"]
@@ -133,7 +133,7 @@ def test_adaptive_is_turned_off_silently_where_sglang_cannot_run_it(emulator):
     --speculative-adaptive off with a log warning only; /server_info says speculative_adaptive=False."""
     cases = ((["--speculative-num-steps", "3", "--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "8"],
               "speculative_eagle_topk=4 (only topk=1 is supported)"),
-             ([*TRIO, "--attn-dp-size", "2"], "attention DP is not supported"))
+             ([*TRIO, "--tp-size", "2", "--attn-dp-size", "2"], "attention DP is not supported"))
     for extra, reason in cases:
         emu = emulator(*LLAMA, *EAGLE3, "--speculative-adaptive", *extra)
         assert f"speculative_adaptive disabled: {reason}" in emu.log()
