@@ -40,6 +40,7 @@ def test_apis_agree_and_accept_length(emulator):
         assert level["token_count_source"].endswith("(exact)") or "exact)" in level["token_count_source"], api
         assert level["server_count_check"]["agree"], (api, level["server_count_check"])
         assert api == "native" or level["prompt_calibration"], api
+        assert level["cache_flushed"] is True, api
     for level in results.values():
         assert level["accept_length"] == pytest.approx(2.18, abs=0.12)
 

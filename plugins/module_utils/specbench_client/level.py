@@ -375,6 +375,8 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     level.update(summarize(raws, settings, concurrency))
     level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
     level.update(token_counts_of(raws, level, settings, engine, calibration))
+    if spec and settings["flush_cache"] and engine.FLUSH_PATH:
+        level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
     if spec and level["accept_length"] is None and level["requests_ok"]:
         level["warnings"].append("speculative server, but no accept length: no spec_verify_ct in /generate, no "
                                  "spec-decode counters in /metrics over the window, no avg_spec_accept_length in "
