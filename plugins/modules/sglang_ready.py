@@ -20,12 +20,12 @@ description:
     snapshot (elapsed, the log's last line, GPU memory used) while the server still loads; the
     action plugin of the same name calls it again and again, printing one line per call, until the
     server is ready, exits, or I(timeout) passes (counted with I(elapsed_before)).
-  - With I(speculative_check), checks after the launch that the server runs the speculative
-    settings its command asked for (C(sglang): C(/server_info)'s C(speculative_algorithm),
-    C(speculative_adaptive), C(speculative_num_steps), C(speculative_eagle_topk),
-    C(speculative_num_draft_tokens) against I(args); C(vllm): the spec-decode counters rise over
+  - "With I(speculative_check), checks after the launch that the server runs the speculative
+    settings its command asked for (for C(sglang), C(/server_info)'s C(speculative_algorithm),
+    C(speculative_adaptive), C(speculative_num_steps), C(speculative_eagle_topk) and
+    C(speculative_num_draft_tokens) against I(args); for C(vllm), the spec-decode counters rise over
     one short completion in a speculative mode, and are absent in a plain one), and fails naming
-    I(mode) and every mismatch. The check goes into the record as C(post_launch_check).
+    I(mode) and every mismatch. The check goes into the record as C(post_launch_check)."
   - With I(state_path), completes the launch record written by M(specbench.core.sglang_launch)
     with I(extra), the version, the server info and the confounders, rewrites it, and returns it
     as C(record) (the role's C(specbench_server) fact).

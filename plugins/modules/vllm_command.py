@@ -154,9 +154,9 @@ checked:
   type: bool
 parser:
   description:
-    - The installed vLLM's version, options and speculative methods (empty unless I(check_flags)),
-    - and where it keeps its parser (C(parser_module): C(vllm.entrypoints.launchers.cli_args),
-      else C(vllm.entrypoints.openai.cli_args)) and its server (C(entry_module)).
+    - The installed vLLM's version, options and speculative methods (empty unless I(check_flags)).
+    - "Where it keeps its parser (C(parser_module), C(vllm.entrypoints.launchers.cli_args) or else
+      C(vllm.entrypoints.openai.cli_args)) and its server (C(entry_module))."
   returned: success
   type: dict
 """
