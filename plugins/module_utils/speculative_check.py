@@ -11,7 +11,8 @@ steps + 1 at top-k 1. Measuring such a server would give figures for a mode that
 so the check fails the mode, by name, before the sweep.
 
 * SGLang: the speculative settings the command asks for, against the resolved values
-  ``/server_info`` reports at its top level (srt/entrypoints/http_server.py, build_server_info).
+  ``/server_info`` reports at its top level (srt/entrypoints/http_server.py, server_info:
+  build_server_info in srt/utils/common.py, ServerArgs.resolved_dict).
 * vLLM: a speculative mode must draft; its spec-decode counters
   (``vllm:spec_decode_num_drafts_total``, vllm/v1/spec_decode/metrics.py, registered only when
   speculation is on) must rise over a few generated tokens, and a plain mode must have none.
