@@ -24,7 +24,9 @@ def test_apis_agree_and_accept_length(emulator):
     emu = emulator("--tp-size", "8", "--enable-metrics", *SPEC, time_scale=0.1)
     results = {}
     for api in ("chat", "completions", "native"):
-        s = settings(emu.base_url, api=api, concurrency=[4])
+        # /metrics every 0.25 s: the 2 s window holds at least two readings of the server's
+        # counter even when one takes 0.75 s to answer, so server_count_check is never None.
+        s = settings(emu.base_url, api=api, concurrency=[4], metrics_interval_s=0.25)
         server = sc.probe_server(s)
         results[api] = sc.run_level(s, 4, server)
     for api, level in results.items():

@@ -15,9 +15,9 @@ A level is accepted when it is within 2 % of the analytic figure and the server'
 generated-token counter agrees with the client (``server_count_check``: like SGLang's, the
 emulator's ``sglang:generation_tokens_total`` grows only when a request finishes, so the
 client's tokens of the requests finished between two readings are compared with its rise, within
-2 % plus the tokens of requests finishing within a reading's round trip). Other processes starving the emulator of CPU (it then misses its own
-schedule) make a level miss: such a level is measured again, at most twice. A client that
-misreads misses every time and fails.
+2 % plus the tokens of requests finishing within a reading's round trip). Other processes
+starving the emulator of CPU (it then misses its own schedule) make a level miss: such a level
+is measured again, at most twice. A client that misreads misses every time and fails.
 """
 from __future__ import annotations
 
