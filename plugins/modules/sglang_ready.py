@@ -14,7 +14,8 @@ description:
     200 or I(timeout) passes.
   - Fails at once, with the last lines of the server's log since this launch, when the process
     (same pid and start time) or its systemd unit is gone before it is ready.
-  - Once ready, reads C(/get_server_info) (version and resolved arguments) and C(/v1/models), and
+  - Once ready, reads C(/server_info) (or C(/get_server_info) on older SGLang releases), that is the
+    version and resolved arguments, and C(/v1/models), and
     compares the capacity settings the server resolved with I(expected).
   - With I(poll_for), returns after that many seconds with C(ready=false) and a C(progress)
     snapshot (elapsed, the log's last line, GPU memory used) while the server still loads; the
@@ -161,7 +162,7 @@ elapsed_s:
   returned: success
   type: float
 server_info:
-  description: C(/get_server_info) as the server returned it (resolved arguments, C(version), ...).
+  description: C(/server_info) as the server returned it (resolved arguments, C(version), ...).
   returned: success
   type: dict
 version:
