@@ -93,3 +93,14 @@ def test_an_older_sglang_is_read_through_its_fallbacks_and_the_results_say_so(ol
     assert "did not answer POST /tokenize: prompts are sized in words" in text
     assert "sent no usage in its stream chunks although asked (stream_options.continuous_usage_stats)" in text
     assert level["output_tokens_mean"] == TOKENS
+
+
+def test_vllms_dev_mode_server_info_is_not_taken_for_sglangs():
+    """vLLM serves /server_info too with VLLM_SERVER_DEV_MODE=1
+    (vllm/entrypoints/serve/dev/server_info/api_router.py): the probe must go on to /version."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.engines import sglang, vllm
+
+    dev = {"vllm_config": "...", "vllm_env": {}, "system_env": {}}
+    assert not sglang.recognise(dev)
+    assert sglang.recognise({"version": "0.5.23", "internal_states": [{}]})
+    assert vllm.recognise({"version": "0.32.0"})

@@ -51,8 +51,10 @@ def describe(info: dict) -> dict:
 
 
 def recognise(info: dict) -> bool:
-    """Whether the answer at INFO_PATH is this engine's (any JSON object at /server_info)."""
-    return isinstance(info, dict)
+    """Whether the answer at INFO_PATH is this engine's: a JSON object at /server_info, but not
+    vLLM's (which serves /server_info too with VLLM_SERVER_DEV_MODE=1: {"vllm_config", "vllm_env",
+    "system_env"}, vllm/entrypoints/serve/dev/server_info/api_router.py)."""
+    return isinstance(info, dict) and "vllm_config" not in info
 
 
 def speculative_from_metrics(text: bytes) -> str | None:
