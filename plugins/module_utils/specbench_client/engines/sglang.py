@@ -80,4 +80,3 @@ def accept_length(info) -> dict | None:
     if not values:
         return None
     return {"value": sum(values) / len(values), "ranks": len(values), "of": len(states)}
-

@@ -45,4 +45,3 @@ def speculative_from_metrics(text: bytes) -> str | None:
 def accept_length(info) -> dict | None:
     del info  # read from the spec-decode counters over the window instead
     return None
-
