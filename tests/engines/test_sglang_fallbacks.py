@@ -9,7 +9,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-import specbench_testkit  # noqa: F401 - puts the checkout's collection on sys.path
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_client as sc
 

@@ -8,8 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-import specbench_testkit  # noqa: F401 - puts the checkout's collection on sys.path
-
 from ansible_collections.specbench.core.plugins.module_utils import vllm_command
 
 PARSER = '''
