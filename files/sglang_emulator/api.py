@@ -1,9 +1,10 @@
 """SGLang's HTTP API: routes, auth, request parsing and response shapes.
 
 Shapes follow SGLang 0.5.23 (../shared/docs/sglang.md): OpenAI chat and completions with
-SSE chunks and the usage chunk, the native /generate with meta_info, /get_server_info with
-internal_states, /flush_cache, /metrics. Prompt length is counted in whitespace-separated
-words (a chat template adds 3 tokens per message plus 1, as a real template adds tokens);
+SSE chunks and the usage chunk (in every chunk with continuous_usage_stats), the native /generate
+with meta_info, /server_info (and the deprecated /get_server_info) with internal_states per DP
+rank, /tokenize, /flush_cache, /metrics. Prompt length is counted in whitespace-separated words
+(a chat template adds 3 tokens per message plus 1, as a real template adds tokens);
 every output token is one word, so clients can count what a chunk carries.
 """
 
@@ -85,6 +86,7 @@ class OpenAISink(Sink):
         self.id = uuid.uuid4().hex
         self.created = int(time.time())
         self.sent_role = False
+        self.continuous = False  # stream_options.continuous_usage_stats: usage in every chunk
 
     def _envelope(self, choice: dict) -> dict:
         return {
@@ -106,7 +108,10 @@ class OpenAISink(Sink):
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None, "matched_stop": None}
-        return self._envelope(choice)
+        out = self._envelope(choice)
+        if self.continuous:  # srt/entrypoints/openai/serving_chat.py and serving_completions.py
+            out["usage"] = self.usage(req)
+        return out
 
     def usage(self, req) -> dict:
         n = len(req.generated)
@@ -123,6 +128,8 @@ class OpenAISink(Sink):
         else:
             last = {"index": 0, "text": "", "logprobs": None, "finish_reason": req.finish_reason, "matched_stop": None}
         out = [self._envelope(last)]
+        if self.continuous:
+            out[0]["usage"] = self.usage(req)
         if self.include_usage:
             out.append(dict(self._envelope(last), choices=[], usage=self.usage(req)))
         return out
@@ -216,14 +223,19 @@ class Api:
             ("GET", "/v1/models"): self.models,
             ("GET", "/get_model_info"): self.model_info,
             ("GET", "/model_info"): self.model_info,
-            ("GET", "/get_server_info"): self.server_info,
+            ("GET", "/get_server_info"): self.get_server_info,
             ("GET", "/server_info"): self.server_info,
             ("GET", "/flush_cache"): self.flush_cache,
             ("POST", "/flush_cache"): self.flush_cache,
             ("POST", "/v1/chat/completions"): self.chat,
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/generate"): self.generate,
+            # srt/entrypoints/http_server.py: both paths, TokenizeRequest/TokenizeResponse of
+            # srt/entrypoints/openai/protocol.py (vLLM's shapes).
+            ("POST", "/tokenize"): self.tokenize,
+            ("POST", "/v1/tokenize"): self.tokenize,
             ("GET", "/emulator/analytic"): self.analytic,
+            ("GET", "/emulator/counters"): self.counters,
         }
         if self.args.enable_metrics:
             self.routes[("GET", "/metrics")] = self.prom
@@ -239,7 +251,8 @@ class Api:
             if req.headers.get("authorization", "") != f"Bearer {key}":
                 resp.send(401, {"error": "Unauthorized"})
                 return
-        if self.state.status != "ready" and not req.path.startswith(AUTH_EXEMPT) and req.path != "/get_server_info":
+        starting_ok = ("/get_server_info", "/server_info")
+        if self.state.status != "ready" and not req.path.startswith(AUTH_EXEMPT) and req.path not in starting_ok:
             resp.send(503, error("The server is not ready yet.", 503, "ServiceUnavailableError"))
             return
         try:
@@ -304,6 +317,28 @@ class Api:
             },
         )
 
+    async def get_server_info(self, req, resp):
+        # Deprecated in 0.5.23: a warning on every call (srt/entrypoints/http_server.py).
+        LOG.warning(
+            "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+            "Please use '/server_info' instead."
+        )
+        await self.server_info(req, resp)
+
+    def _internal_state(self, rank: int) -> dict:
+        """One DP rank's entry of internal_states; avg_spec_accept_length only once the decode log
+        has folded a speculative step (srt/managers/scheduler_components/internal_state.py)."""
+        state = {
+            "last_gen_throughput": self.engine.last_gen_throughput,
+            "effective_max_running_requests_per_dp": self.cfg["max_running_requests"],
+            "memory_usage": self.cfg["memory_usage"],
+            "dp_rank": rank,
+        }
+        accept = self.engine.rank_accept_length(rank) if self.engine.spec else None
+        if accept is not None:
+            state["avg_spec_accept_length"] = accept
+        return state
+
     async def server_info(self, req, resp):
         info = dict(self.cfg["server_args"])
         info.update(
@@ -313,14 +348,7 @@ class Api:
                 "startup_time": self.state.started,
                 "status": self.state.status,
                 "max_running_requests": self.cfg["max_running_requests"],
-                "internal_states": [
-                    {
-                        "avg_spec_accept_length": self.engine.accept_length() if self.engine.spec else None,
-                        "last_gen_throughput": self.engine.last_gen_throughput,
-                        "effective_max_running_requests_per_dp": self.cfg["max_running_requests"],
-                        "memory_usage": self.cfg["memory_usage"],
-                    }
-                ],
+                "internal_states": [self._internal_state(rank) for rank in range(self.engine.ranks)],
                 "emulator": {
                     "profile": self.cfg["profile_name"],
                     "time_scale": self.args.emulator_time_scale,
@@ -350,6 +378,11 @@ class Api:
 
     async def prom(self, req, resp):
         resp.send(200, self.metrics.render(self.engine, self.model_name), "text/plain; version=0.0.4; charset=utf-8")
+
+    async def counters(self, req, resp):
+        """The emulator's own per-step counters (SGLang's generation counter moves only when a
+        request finishes): ``generated_tokens`` counts every token as it is emitted."""
+        resp.send(200, {"generated_tokens": self.engine.emitted_tokens, "decode_steps": self.engine.decode_steps})
 
     async def analytic(self, req, resp):
         try:
@@ -431,11 +464,7 @@ class Api:
             messages = body.get("messages")
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("messages must be a non-empty list.")
-            prompt_tokens = 1 + sum(
-                3 + words(m.get("content") or "") if isinstance(m.get("content"), str) else 3
-                for m in messages
-                if isinstance(m, dict)
-            )
+            prompt_tokens = self._chat_tokens(messages)
         else:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
@@ -450,9 +479,41 @@ class Api:
         self._check_len(prompt_tokens, max_new)
         stream = bool(body.get("stream", False))
         opts = body.get("stream_options") or {}
-        include_usage = bool(opts.get("include_usage", self.args.stream_response_default_include_usage))
+        # srt/entrypoints/openai/utils.py, should_include_usage: continuous_usage_stats only
+        # inside stream_options; include_usage or the server default.
+        include_usage = bool(opts.get("include_usage") or self.args.stream_response_default_include_usage)
         sink = OpenAISink(resp, stream, body.get("model") or self.model_name, chat, include_usage, prompt_tokens)
+        sink.continuous = bool(opts.get("continuous_usage_stats"))
         await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full)
+
+    async def tokenize(self, req, resp):
+        """POST /tokenize: {"model", "prompt"} or {"model", "messages"} -> {"tokens", "count",
+        "max_model_len"}; counted as the generation endpoints count a prompt (words, and the chat
+        template's tokens for messages)."""
+        body = self._body(req)
+        if isinstance(body.get("messages"), list):
+            count = self._chat_tokens(body["messages"])
+        elif isinstance(body.get("prompt"), str):
+            count = words(body["prompt"])
+        elif isinstance(body.get("prompt"), list) and all(isinstance(p, str) for p in body["prompt"]):
+            counts = [words(p) for p in body["prompt"]]
+            resp.send(200, {"tokens": [[0] * n for n in counts], "count": counts,
+                            "max_model_len": self.cfg["context_length"]})
+            return
+        else:
+            raise BadRequest("Either prompt or messages should be provided.")
+        known = {w: i for i, w in enumerate(VOCAB)}
+        ids = [known.get(w, 0) for w in body["prompt"].split()] if "prompt" in body else [0] * count
+        resp.send(200, {"tokens": ids, "count": count, "max_model_len": self.cfg["context_length"]})
+
+    @staticmethod
+    def _chat_tokens(messages: list) -> int:
+        """A chat prompt's tokens: 1, plus 3 and the content's words per message (the template)."""
+        return 1 + sum(
+            3 + words(m.get("content") or "") if isinstance(m.get("content"), str) else 3
+            for m in messages
+            if isinstance(m, dict)
+        )
 
     async def chat(self, req, resp):
         await self._openai(req, resp, True)

@@ -3,7 +3,7 @@
 Flags are SGLang 0.5.23's names and spellings (argparse with prefix matching, as SGLang
 uses, so ``--tp`` works and the removed ``--cuda-graph-max-bs`` is rejected as ambiguous);
 an unknown flag exits 2 naming it. Settings the emulator has no use for are accepted and
-reported back in /get_server_info like SGLang's resolved arguments.
+reported back in /server_info like SGLang's resolved arguments.
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     # Parallelism
     a("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1)
     a("--dp-size", "--data-parallel-size", dest="dp_size", type=int, default=1)
+    # Attention data parallelism (srt/arg_groups/fields/parallel.py: attn_dp_size; one scheduler,
+    # and one entry of /server_info's internal_states, per DP rank).
+    a("--attn-dp-size", type=int, default=1)
+    a("--enable-two-batch-overlap", action="store_true")
     # Serving
     a("--host", default="127.0.0.1")
     a("--port", type=int, default=30000)
@@ -77,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-num-draft-tokens", type=int)
     a("--speculative-adaptive", action="store_true")
     a("--speculative-adaptive-config")
+    a("--enable-multi-layer-eagle", action="store_true")
     # The emulator's own
     e = p.add_argument_group("emulator")
     e.add_argument(
@@ -117,6 +122,11 @@ def resolve(args: argparse.Namespace) -> dict:
         raise StartupError("--emulator-time-scale must be positive")
     if args.tp_size < 1:
         raise StartupError("--tp-size must be at least 1")
+    if args.attn_dp_size < 1:
+        raise StartupError(f"--attn-dp-size must be positive (got {args.attn_dp_size}).")
+    if args.tp_size % args.attn_dp_size:
+        # srt/arg_groups/parallel_hook.py asserts it.
+        raise StartupError("AssertionError: tp_size must be divisible by attn_dp_size * attn_cp_size")
     warnings = []
     spec = None
     algo = args.speculative_algorithm
@@ -153,14 +163,18 @@ def resolve(args: argparse.Namespace) -> dict:
                     f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} when topk is 1"
                 )
             draft = steps + 1
-        if table is not None and (algo not in ("EAGLE", "EAGLE3") or topk != 1):
-            warnings.append("--speculative-adaptive needs EAGLE or EAGLE3 with topk 1; using static speculative steps.")
+        reason = adaptive_unsupported_reason(args, algo, topk) if args.speculative_adaptive else None
+        if reason is not None:
+            # SGLang turns adaptive off with a log warning only, and /server_info then reports
+            # speculative_adaptive=False (srt/arg_groups/speculative_hook.py, _maybe_disable_adaptive).
+            warnings.append(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+            args.speculative_adaptive = False
             table = None
         if table is not None and all(steps not in row for _dummy, row in table):
             raise StartupError(f"--speculative-num-steps {steps} is not a candidate step of --speculative-adaptive-config")
         constants = prof["spec"][algo]
         spec = SpecConfig(algo, steps, topk, draft, constants["accept_q"], constants["e0"], constants["e1"], table)
-        # /get_server_info reports resolved values, as SGLang's does.
+        # /server_info reports resolved values, as SGLang's does.
         args.speculative_algorithm = algo
         args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft
         if args.max_running_requests is None:
@@ -221,6 +235,23 @@ def resolve(args: argparse.Namespace) -> dict:
         "warnings": warnings,
         "load_seconds": (args.emulator_load_seconds if args.emulator_load_seconds is not None else prof["load_seconds"]),
     }
+
+
+def adaptive_unsupported_reason(args: argparse.Namespace, algo: str, topk: int) -> str | None:
+    """Why --speculative-adaptive cannot run, or None; SGLang's checks in its order
+    (srt/speculative/adaptive_spec_params.py, adaptive_unsupported_reason)."""
+    if algo not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algo} (only EAGLE/EAGLE3 are supported)"
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    if args.attn_dp_size > 1:
+        return "attention DP is not supported (adaptive tier decisions are not synchronized across DP ranks)"
+    if args.enable_multi_layer_eagle:
+        return "enable_multi_layer_eagle=True is not supported (MultiLayerEagleWorkerV2 does not implement adaptive)"
+    if args.enable_two_batch_overlap:
+        return ("enable_two_batch_overlap=True is not supported (adaptive state swap would discard the "
+                "TboAttnBackend wrapper)")
+    return None
 
 
 def parse_adaptive_table(path: str | None) -> tuple:

@@ -48,6 +48,7 @@ class Request:
         "kv_reserved",
         "last_emit",
         "max_new",
+        "rank",
         "rid",
         "sink",
         "spec_accepted",
@@ -71,6 +72,7 @@ class Request:
         self.finish_reason = None
         self.aborted = False
         self.kv_reserved = 0
+        self.rank = 0  # the DP rank (scheduler) that serves it
 
 
 class Engine:
@@ -97,10 +99,20 @@ class Engine:
         self.wake = asyncio.Event()
         self.ids = itertools.count()
         self.decode_steps = 0
+        self.emitted_tokens = 0  # every token as emitted (GET /emulator/counters)
         self.lag_resyncs = 0
-        # Lifetime accept-length average, reset by /flush_cache (as SGLang's).
-        self.spec_tokens = 0
-        self.spec_verify = 0
+        # Accept length per DP rank, as SGLang's scheduler keeps it
+        # (srt/managers/scheduler_components/metrics_reporter.py): tokens and verify steps
+        # accumulate per step, and fold into the lifetime totals only when the decode log fires
+        # (every --decode-log-interval decode batches); /flush_cache resets both.
+        self.ranks = max(1, args.dp_size) * max(1, args.attn_dp_size)
+        self.rank_ids = itertools.count()
+        self.spec_tokens = [0] * self.ranks  # since the last decode log
+        self.spec_verify = [0] * self.ranks
+        self.spec_total_tokens = [0] * self.ranks  # folded at each decode log, until a flush
+        self.spec_total_verify = [0] * self.ranks
+        self.gauge_accept = 0.0
+        self.gauge_accept_rate = 0.0
         self.interval_tokens = 0
         self.interval_start = time.monotonic()
         self.last_gen_throughput = 0.0
@@ -113,7 +125,9 @@ class Engine:
         if not ignore_eos:
             # The model emits EOS after a random length (mean 180 tokens), as real outputs end.
             stop_at = min(max_new, 1 + int(self.rng.expovariate(1 / 180)))
-        return Request(f"{next(self.ids):x}", input_len, max_new, stop_at, sink)
+        req = Request(f"{next(self.ids):x}", input_len, max_new, stop_at, sink)
+        req.rank = next(self.rank_ids) % self.ranks  # the DP controller's round robin
+        return req
 
     def submit(self, req: Request) -> None:
         if self.max_queued is not None and len(self.waiting) >= self.max_queued:
@@ -125,11 +139,20 @@ class Engine:
         return bool(self.waiting or self.running)
 
     def accept_length(self) -> float:
-        return self.spec_tokens / self.spec_verify if self.spec_verify else 0.0
+        """The /metrics gauge sglang:spec_accept_length: the last decode log's interval figure."""
+        return self.gauge_accept
+
+    def rank_accept_length(self, rank: int) -> float | None:
+        """internal_states[rank].avg_spec_accept_length: the lifetime average folded at the decode
+        logs since the last flush; None (key absent) before the first fold, as SGLang's
+        (srt/managers/scheduler_components/internal_state.py, _average_accept_length)."""
+        verify = self.spec_total_verify[rank]
+        return self.spec_total_tokens[rank] / verify if verify else None
 
     def flush(self) -> None:
-        self.spec_tokens = 0
-        self.spec_verify = 0
+        for rank in range(self.ranks):
+            self.spec_tokens[rank] = self.spec_verify[rank] = 0
+            self.spec_total_tokens[rank] = self.spec_total_verify[rank] = 0
 
     def _admit(self) -> list[Request]:
         batch, tokens = [], 0
@@ -206,8 +229,8 @@ class Engine:
                     gained = model.draw_accept(self.rng, self.q_eff, steps)
                     req.verify_ct += 1
                     req.spec_accepted += gained
-                    self.spec_tokens += gained
-                    self.spec_verify += 1
+                    self.spec_tokens[req.rank] += gained
+                    self.spec_verify[req.rank] += 1
                     accepted += gained - 1
                     attempted += min(gained, steps)
                 else:
@@ -224,8 +247,8 @@ class Engine:
         new_ids = [rng.randrange(len(VOCAB)) for _dummy in range(count)]
         now = time.monotonic()
         req.generated.extend(new_ids)
-        self.metrics.generation_tokens += count
         self.interval_tokens += count
+        self.emitted_tokens += count
         if req.first_token_at is None:
             req.first_token_at = now
             self.metrics.ttft.observe(now - req.created)
@@ -237,6 +260,11 @@ class Engine:
             req.finish_reason = "length" if len(req.generated) >= req.max_new else "stop"
             req.finished_at = now
             self.metrics.e2e.observe(now - req.created)
+            # sglang:generation_tokens_total and spec_verify_calls_total grow only when a request
+            # finishes (srt/observability/metrics_collector.py, observe_one_finished_request,
+            # called under `if state.finished` in srt/managers/tokenizer_manager.py).
+            self.metrics.generation_tokens += len(req.generated)
+            self.metrics.spec_verify_calls += req.verify_ct
             self.running.remove(req)
             self._release(req)
         try:
@@ -257,7 +285,15 @@ class Engine:
         self.last_gen_throughput = self.interval_tokens / elapsed / (1 if self.scale == 0 else 1)
         self.interval_tokens = 0
         self.interval_start = now
-        spec = f"accept len: {self.accept_length():.2f}, " if self.spec else ""
+        tokens, verify = sum(self.spec_tokens), sum(self.spec_verify)
+        if verify:
+            self.gauge_accept = tokens / verify
+            self.gauge_accept_rate = (tokens - verify) / (verify * self.spec.num_steps) if self.spec.num_steps else 0.0
+        spec = f"accept len: {self.gauge_accept:.2f}, " if self.spec else ""
+        for rank in range(self.ranks):
+            self.spec_total_tokens[rank] += self.spec_tokens[rank]
+            self.spec_total_verify[rank] += self.spec_verify[rank]
+            self.spec_tokens[rank] = self.spec_verify[rank] = 0
         LOG.info(
             "Decode batch, #running-req: %d, #token: %d, token usage: %.2f, %scuda graph: %s, "
             "gen throughput (token/s): %.2f, #queue-req: %d,",

@@ -57,7 +57,8 @@ class Histogram:
 class Metrics:
     def __init__(self):
         self.prompt_tokens = 0
-        self.generation_tokens = 0
+        self.generation_tokens = 0  # of finished requests only (see engine._emit)
+        self.spec_verify_calls = 0  # likewise
         self.requests = 0
         self.ttft = Histogram()
         self.itl = Histogram()
@@ -71,19 +72,23 @@ class Metrics:
             "gen_throughput": ("The generation throughput (token/s).", engine.last_gen_throughput),
             "token_usage": ("The token usage.", engine.kv_used / engine.kv_capacity),
             "spec_accept_length": ("The average acceptance length of speculative decoding.", engine.accept_length()),
-            "spec_accept_rate": ("The average acceptance rate of speculative decoding.", self._accept_rate(engine)),
+            "spec_accept_rate": ("The average acceptance rate of speculative decoding.", engine.gauge_accept_rate),
         }
         counters = {
             "prompt_tokens_total": ("Number of prefill tokens processed.", self.prompt_tokens),
-            "generation_tokens_total": ("Number of generation tokens processed.", self.generation_tokens),
             "num_requests_total": ("Number of requests processed.", self.requests),
-            "spec_verify_calls_total": ("Number of speculative verify calls.", engine.spec_verify),
+            "spec_verify_calls_total": ("Number of speculative verify calls.", self.spec_verify_calls),
         }
         out = []
         for name, (help_text, value) in gauges.items():
             out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} gauge", f"sglang:{name}{{{labels}}} {value}"]
         for name, (help_text, value) in counters.items():
             out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} counter", f"sglang:{name}{{{labels}}} {value}"]
+        # Labelled by is_streaming as well (srt/observability/metrics_collector.py); the emulator
+        # keeps one total, under the streaming label its clients use.
+        out += ["# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+                "# TYPE sglang:generation_tokens_total counter",
+                f'sglang:generation_tokens_total{{{labels},is_streaming="true"}} {self.generation_tokens}']
         for name, hist, help_text in (
             ("time_to_first_token_seconds", self.ttft, "Histogram of time to first token in seconds."),
             ("inter_token_latency_seconds", self.itl, "Histogram of inter-token latency in seconds."),
@@ -92,10 +97,3 @@ class Metrics:
             out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} histogram"]
             out += hist.render(f"sglang:{name}", labels)
         return "\n".join(out) + "\n"
-
-    @staticmethod
-    def _accept_rate(engine) -> float:
-        if not engine.spec or not engine.spec_verify:
-            return 0.0
-        drafted = engine.spec_verify * engine.spec.num_steps
-        return (engine.spec_tokens - engine.spec_verify) / drafted if drafted else 0.0

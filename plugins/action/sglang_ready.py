@@ -26,7 +26,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset((
         "base_url", "pid", "starttime", "unit", "log_path", "log_offset", "timeout", "interval", "tail_lines",
         "expected", "state_path", "extra", "gpu_backend", "gpu_device_glob", "gpu_nvidia_smi", "progress_every",
-        "label",
+        "label", "speculative_check", "mode", "args", "speculative_config",
     ))
 
     def run(self, tmp=None, task_vars=None):

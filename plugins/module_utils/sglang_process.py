@@ -379,19 +379,23 @@ def progress_line(progress: dict) -> str:
 
 
 def server_info(base_url: str) -> tuple[dict, list[str]]:
-    """GET /get_server_info (or /server_info) and /v1/models; (info, warnings)."""
+    """GET /server_info (or, on releases before it, /get_server_info) and /v1/models; (info,
+    warnings). ``info_path`` says which answered. SGLang 0.5.23 deprecates /get_server_info with a
+    warning in its log on every call (srt/entrypoints/http_server.py)."""
     warnings = []
     info: dict = {}
-    for path in ("/get_server_info", "/server_info"):
+    info_path = None
+    for path in ("/server_info", "/get_server_info"):
         status, body = http_get(base_url + path)
         if status == 200:
             try:
                 info = json.loads(body)
+                info_path = path
             except ValueError:
                 warnings.append(f"{path} did not return JSON")
             break
     else:
-        warnings.append(f"{base_url} has neither /get_server_info nor /server_info: version and arguments unknown")
+        warnings.append(f"{base_url} has neither /server_info nor /get_server_info: version and arguments unknown")
     status, body = http_get(base_url + "/v1/models")
     models = []
     if status == 200:
@@ -399,7 +403,7 @@ def server_info(base_url: str) -> tuple[dict, list[str]]:
             models = [m.get("id") for m in json.loads(body).get("data", [])]
         except (ValueError, AttributeError):
             warnings.append("/v1/models did not return the OpenAI list shape")
-    return {"server_info": info, "models": models}, warnings
+    return {"server_info": info, "models": models, "info_path": info_path}, warnings
 
 
 def resolved_differences(info: dict, expected: dict) -> list[str]:

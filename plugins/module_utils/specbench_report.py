@@ -236,9 +236,11 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         # SGLang's table means nothing to a vLLM server: say so instead of printing it.
         lines.append("## Speculation by batch size")
         lines.append("")
-        lines.append("These modes ran on vLLM, which has no per-batch-size switch like SGLang's "
-                     "`--speculative-adaptive-config`: the verdict above is the advice (serve the speculative mode "
-                     "where it pays, the baseline elsewhere).")
+        # vLLM's per-batch-size schedule (SpeculativeConfig.num_speculative_tokens_per_batch_size,
+        # vllm/config/speculative.py) is not emitted yet: SGLang's table is not its format.
+        lines.append("These modes ran on vLLM: SGLang's `--speculative-adaptive-config` table does not apply to it. "
+                     "The verdict above is the advice (serve the speculative mode where it pays, the baseline "
+                     "elsewhere).")
         lines.append("")
         table = None
     if table:

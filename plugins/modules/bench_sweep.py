@@ -191,7 +191,7 @@ server:
       description: Models listed by C(/v1/models).
       type: list
     version:
-      description: Server version from C(/get_server_info), when it tells.
+      description: Server version from C(/server_info), when it tells.
       type: str
     launch_command:
       description: The server's launch command, when it tells (API key redacted).
@@ -203,7 +203,7 @@ server:
       description: Whether C(/metrics) answers with SGLang or vLLM metrics.
       type: bool
     server_info:
-      description: The whole C(/get_server_info) answer, API keys redacted.
+      description: The whole C(/server_info) (or C(/get_server_info)) answer, API keys redacted.
       type: dict
 levels:
   description: One result per level measured, in order.

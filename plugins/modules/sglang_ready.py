@@ -14,12 +14,19 @@ description:
     200 or I(timeout) passes.
   - Fails at once, with the last lines of the server's log since this launch, when the process
     (same pid and start time) or its systemd unit is gone before it is ready.
-  - Once ready, reads C(/get_server_info) (version and resolved arguments) and C(/v1/models), and
+  - Once ready, reads C(/server_info) (or C(/get_server_info) on older SGLang releases), that is the
+    version and resolved arguments, and C(/v1/models), and
     compares the capacity settings the server resolved with I(expected).
   - With I(poll_for), returns after that many seconds with C(ready=false) and a C(progress)
     snapshot (elapsed, the log's last line, GPU memory used) while the server still loads; the
     action plugin of the same name calls it again and again, printing one line per call, until the
     server is ready, exits, or I(timeout) passes (counted with I(elapsed_before)).
+  - "With I(speculative_check), checks after the launch that the server runs the speculative
+    settings its command asked for (for C(sglang), C(/server_info)'s C(speculative_algorithm),
+    C(speculative_adaptive), C(speculative_num_steps), C(speculative_eagle_topk) and
+    C(speculative_num_draft_tokens) against I(args); for C(vllm), the spec-decode counters rise over
+    one short completion in a speculative mode, and are absent in a plain one), and fails naming
+    I(mode) and every mismatch. The check goes into the record as C(post_launch_check)."
   - With I(state_path), completes the launch record written by M(specbench.core.sglang_launch)
     with I(extra), the version, the server info and the confounders, rewrites it, and returns it
     as C(record) (the role's C(specbench_server) fact).
@@ -93,6 +100,24 @@ options:
     description: Fields added to the record (settings, mode_flags, confounders, ...).
     type: dict
     default: {}
+  speculative_check:
+    description: The post-launch check of the speculative settings, by engine; C(none) skips it.
+    type: str
+    choices: [none, sglang, vllm]
+    default: none
+  mode:
+    description: The serving mode launched (named in the check's failure).
+    type: str
+    default: ""
+  args:
+    description: The server's arguments (SGLang; the speculative flags asked for are read from them).
+    type: list
+    elements: str
+    default: []
+  speculative_config:
+    description: The mode's C(--speculative-config) (vLLM; empty for plain decoding).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -137,7 +162,7 @@ elapsed_s:
   returned: success
   type: float
 server_info:
-  description: C(/get_server_info) as the server returned it (resolved arguments, C(version), ...).
+  description: C(/server_info) as the server returned it (resolved arguments, C(version), ...).
   returned: success
   type: dict
 version:
@@ -157,17 +182,27 @@ differences:
   elements: str
 record:
   description:
-    - The completed record (launch record, I(extra), C(version), C(server_info), C(models),
-      C(ready_probe), C(confounders) including C(differences)).
+    - The completed record (launch record, I(extra), C(version), C(server_info), C(info_path),
+      C(models), C(ready_probe), C(post_launch_check), C(confounders) including C(differences)).
   returned: when I(state_path) is given
+  type: dict
+post_launch_check:
+  description:
+    - C(engine), C(source), C(asked), C(running), C(ok), C(mismatches) (see I(speculative_check)).
+  returned: when I(speculative_check) is not C(none)
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule
+import json
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+
+from ansible_collections.specbench.core.plugins.module_utils import gpu_state, speculative_check
 from ansible_collections.specbench.core.plugins.module_utils.sglang_process import (
     LaunchError,
+    http_get,
+    log_tail,
     read_state,
     resolved_differences,
     server_info,
@@ -197,6 +232,10 @@ def main():
             "expected": {"type": "dict", "default": {}},
             "state_path": {"type": "path"},
             "extra": {"type": "dict", "default": {}},
+            "speculative_check": {"type": "str", "default": "none", "choices": ["none", "sglang", "vllm"]},
+            "mode": {"type": "str", "default": ""},
+            "args": {"type": "list", "elements": "str", "default": []},
+            "speculative_config": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -228,6 +267,14 @@ def main():
         "models": found["models"],
         "differences": resolved_differences(info, p["expected"]),
     }
+    check = None
+    if p["speculative_check"] == "sglang":
+        check = speculative_check.sglang_check(p["args"], info, found.get("info_path"),
+                                               log_tail(p["log_path"], p["log_offset"], 400))
+    elif p["speculative_check"] == "vllm":
+        check = vllm_drafts(base, (found["models"] or [""])[0], p["speculative_config"])
+    if check is not None:
+        result["post_launch_check"] = check
     if p["state_path"]:
         record = read_state(p["state_path"]) or {}
         record.update(p["extra"])
@@ -236,12 +283,39 @@ def main():
             "server_info": info,
             "models": result["models"],
             "ready_probe": result["probe"],
+            "info_path": found.get("info_path"),
+            "post_launch_check": check,
             "confounders": list(p["extra"].get("confounders") or []) + result["differences"],
         })
         if not module.check_mode:
             write_state(p["state_path"], record)
         result["record"] = record
+    if check is not None and not check["ok"]:
+        module.fail_json(msg=speculative_check.failure(p["mode"] or "?", check), **result)
     module.exit_json(changed=False, **result)
+
+
+# A prompt that repeats itself, so that n-gram drafting finds matches as a draft model would.
+CHECK_PROMPT = " ".join(["one two three four"] * 8)
+CHECK_TOKENS = 16
+
+
+def vllm_drafts(base: str, model: str, spec: dict) -> dict:
+    """/metrics, one greedy completion of CHECK_TOKENS tokens, /metrics again: the check's input."""
+    status, before = http_get(base + "/metrics")
+    body = json.dumps({"model": model, "prompt": CHECK_PROMPT, "max_tokens": CHECK_TOKENS, "temperature": 0,
+                       "ignore_eos": True}).encode()
+    try:
+        with open_url(base + "/v1/completions", data=body, method="POST", timeout=120, use_proxy=False,
+                      headers={"Content-Type": "application/json"}) as resp:
+            resp.read()
+    except Exception as exc:  # noqa: BLE001 - any failure is reported as the check's
+        return {"engine": "vllm", "source": "/metrics around a completion", "asked": {"speculative_config": spec},
+                "running": {}, "ok": False, "mismatches": [f"the check's completion failed: {exc}"]}
+    status_after, after = http_get(base + "/metrics")
+    return speculative_check.vllm_check(spec, before.decode("utf-8", "replace") if status == 200 else None,
+                                        after.decode("utf-8", "replace") if status_after == 200 else None,
+                                        CHECK_TOKENS)
 
 
 if __name__ == "__main__":

@@ -107,7 +107,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 argv:
-  description: The full command (interpreter, module, arguments).
+  description:
+    - The full command (interpreter, module, arguments).
+    - With I(check_flags), the module is the entry module the installed vLLM has
+      (C(vllm.entrypoints.openai.api_server), else C(vllm.entrypoints.launchers.api_server)).
   returned: success
   type: list
   elements: str
@@ -150,7 +153,10 @@ checked:
   returned: success
   type: bool
 parser:
-  description: The installed vLLM's version, options and speculative methods (empty unless I(check_flags)).
+  description:
+    - The installed vLLM's version, options and speculative methods (empty unless I(check_flags)).
+    - "Where it keeps its parser (C(parser_module), C(vllm.entrypoints.launchers.cli_args) or else
+      C(vllm.entrypoints.openai.cli_args)) and its server (C(entry_module))."
   returned: success
   type: dict
 """
@@ -163,6 +169,7 @@ from ansible_collections.specbench.core.plugins.module_utils.vllm_command import
     check,
     probe,
     render,
+    use_entry,
 )
 
 
@@ -199,7 +206,8 @@ def main():
             except FlagError as exc:
                 module.fail_json(msg=str(exc), **out)
         problems = check(out["args"], info, out["origins"], out["speculative_config"], f"on this node ({p['python']})")
-        parser = {k: info.get(k) for k in ("version", "options", "methods")}
+        out = use_entry(out, info)
+        parser = {k: info.get(k) for k in ("version", "options", "methods", "parser_module", "entry_module")}
         out.update(version=info.get("version"), checked=True, parser=parser)
         if problems:
             module.fail_json(msg=" ".join(problems), problems=problems, **out)

@@ -101,3 +101,5 @@ def test_a_vllm_report_gives_no_sglang_adaptive_table():
     text = rep.render_markdown(summary, {})
     assert "## SGLang adaptive speculation" not in text and "--speculative-adaptive-config adaptive-config.json" not in text
     assert "## Speculation by batch size" in text and "vLLM" in text
+    # vLLM 0.32 has SpeculativeConfig.num_speculative_tokens_per_batch_size: no false claim (issue 18).
+    assert "no per-batch-size switch" not in text

@@ -1,26 +1,24 @@
 """A small closed-loop load generator for the emulator's own tests and benchmark.
 
 C threads each send non-streaming /generate requests back to back. Throughput is read
-from the server's own ``sglang:generation_tokens_total`` counter over a wall-clock window
+from the emulator's per-step token counter (GET /emulator/counters) over a wall-clock window
 after a warmup, so the figure is the server's steady state, free of client ramp effects.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 import urllib.request
 
 
-def counter(base_url: str, name: str = "sglang:generation_tokens_total") -> float:
-    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    match = re.search(rf"^{re.escape(name)}\{{[^}}]*\}} (\S+)$", text, re.M)
-    if not match:
-        raise AssertionError(f"{name} not in /metrics")
-    return float(match.group(1))
+def counter(base_url: str, name: str = "generated_tokens") -> float:
+    """The emulator's per-step token counter (GET /emulator/counters): SGLang's
+    sglang:generation_tokens_total moves only when a request finishes, so a short window would
+    read it in steps of whole requests."""
+    with urllib.request.urlopen(base_url + "/emulator/counters", timeout=10) as resp:
+        return float(json.loads(resp.read())[name])
 
 
 def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -> dict:

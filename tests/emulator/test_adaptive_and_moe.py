@@ -89,7 +89,7 @@ def test_the_acceptance_estimate_converges_to_the_true_acceptance():
 
 
 def server_accept_length(base_url: str) -> float:
-    with urllib.request.urlopen(base_url + "/get_server_info", timeout=10) as resp:
+    with urllib.request.urlopen(base_url + "/server_info", timeout=10) as resp:
         return json.loads(resp.read())["internal_states"][0]["avg_spec_accept_length"]
 
 

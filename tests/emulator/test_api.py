@@ -34,15 +34,14 @@ def test_models_model_info_and_server_info(emulator):
     status, _unused1, body = http("GET", emu.base_url + "/get_model_info")
     info = json.loads(body)
     assert info["model_path"] == "test/model" and info["is_generation"] is True
-    status, _unused1, body = http("GET", emu.base_url + "/get_server_info")
+    status, _unused1, body = http("GET", emu.base_url + "/server_info")
     server = json.loads(body)
     assert server["version"] == "0.5.23+specbench-emulator"
     assert server["tp_size"] == 1 and server["max_running_requests"] == 64
     assert "--served-model-name llama-8b" in server["launch_command"]
     state = server["internal_states"][0]
-    assert {"avg_spec_accept_length", "last_gen_throughput", "effective_max_running_requests_per_dp", "memory_usage"} <= set(
-        state
-    )
+    assert {"last_gen_throughput", "effective_max_running_requests_per_dp", "memory_usage"} <= set(state)
+    assert "avg_spec_accept_length" not in state  # no speculation: SGLang leaves the key out
 
 
 def test_chat_stream_with_usage_and_non_stream(emulator):
@@ -107,6 +106,8 @@ def test_generate_native_meta_info_in_speculative_mode(emulator):
         "4",
         "--max-running-requests",
         "32",
+        "--decode-log-interval",
+        "1",
     )
     body = {"text": "w " * 16, "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True}, "stream": True}
     events = sse_events(http("POST", emu.base_url + "/generate", body)[2])
@@ -122,12 +123,13 @@ def test_generate_native_meta_info_in_speculative_mode(emulator):
     # Cumulative text: each chunk extends the one before; a chunk can carry several tokens.
     counts = [e["meta_info"]["completion_tokens"] for e in events[:-1]]
     assert counts == sorted(counts) and max(b - a for a, b in zip(counts, counts[1:], strict=False)) > 1
-    # The lifetime accept length in /get_server_info, reset by /flush_cache.
-    state = json.loads(http("GET", emu.base_url + "/get_server_info")[2])["internal_states"][0]
+    # The lifetime accept length in /server_info (folded at every decode log: interval 1 here),
+    # reset by /flush_cache: the key is gone until the next fold, as SGLang's.
+    state = json.loads(http("GET", emu.base_url + "/server_info")[2])["internal_states"][0]
     assert state["avg_spec_accept_length"] > 1
     assert http("POST", emu.base_url + "/flush_cache")[0] == 200
-    state = json.loads(http("GET", emu.base_url + "/get_server_info")[2])["internal_states"][0]
-    assert state["avg_spec_accept_length"] == 0
+    state = json.loads(http("GET", emu.base_url + "/server_info")[2])["internal_states"][0]
+    assert "avg_spec_accept_length" not in state
 
 
 def test_api_key_guards_everything_but_health_and_metrics(emulator):
@@ -162,7 +164,7 @@ def test_metrics_only_when_enabled_and_with_sglang_names(emulator):
         "sglang:e2e_request_latency_seconds_sum",
     ):
         assert name in text
-    assert 'sglang:generation_tokens_total{model_name="m8"}' in text
+    assert 'sglang:generation_tokens_total{model_name="m8",is_streaming="true"} ' in text
 
 
 def test_health_is_503_while_loading(emulator):
@@ -233,11 +235,11 @@ def test_spec_trio_must_be_all_or_none():
 def test_speculative_mode_caps_running_requests_at_48_with_sglangs_warning(emulator):
     emu = emulator("--tp-size", "8", *EAGLE3)
     assert "Max running requests is reset to 48 for speculative decoding." in emu.log()
-    info = json.loads(http("GET", emu.base_url + "/get_server_info")[2])
+    info = json.loads(http("GET", emu.base_url + "/server_info")[2])
     assert info["max_running_requests"] == 48
     explicit = emulator("--tp-size", "8", *EAGLE3, "--max-running-requests", "256")
     assert "reset to 48" not in explicit.log()
-    assert json.loads(http("GET", explicit.base_url + "/get_server_info")[2])["max_running_requests"] == 256
+    assert json.loads(http("GET", explicit.base_url + "/server_info")[2])["max_running_requests"] == 256
 
 
 def test_startup_log_reads_like_sglangs(emulator):

@@ -51,7 +51,7 @@ def test_adaptive_config_is_a_path_not_inline_json():
 
 
 def test_adaptive_falls_back_to_static_steps_with_topk_above_one():
-    _unused1, cfg = resolved(
+    args, cfg = resolved(
         "--tp-size",
         "8",
         "--speculative-algorithm",
@@ -67,7 +67,10 @@ def test_adaptive_falls_back_to_static_steps_with_topk_above_one():
         "--speculative-adaptive",
     )
     assert cfg["spec"].adaptive_table is None
-    assert any("static speculative steps" in w for w in cfg["warnings"])
+    # SGLang's own words (srt/arg_groups/speculative_hook.py), and /server_info says it is off.
+    assert ("speculative_adaptive disabled: speculative_eagle_topk=4 (only topk=1 is supported). Falling back to "
+            "static speculative params.") in cfg["warnings"]
+    assert args.speculative_adaptive is False
 
 
 def test_nextn_uses_the_model_path_as_its_draft():

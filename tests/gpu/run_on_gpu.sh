@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# One prepared check for a machine with an NVIDIA GPU (run it whenever one is at hand, and
-# record its summary line in the README with the machine it came from):
+# One prepared check for a machine with an NVIDIA GPU and no network (run it whenever one is at
+# hand, and record its summary line in the README with the machine it came from):
 #
-#   1. teardown: a real CUDA process (torch, same user, its own session) holds memory on one GPU;
-#      playbooks/teardown.yml runs with the NVML backend and this process recorded as the server;
-#      then every GPU must read idle, the holder must be gone and nothing else may have died
-#      (a bystander process of this script, and every other GPU holder seen before).
-#   2. bench (when SGLang is installed for --python and --model is given): bench.yml with
-#      engine=sglang, mode baseline, C = 1, 4, 16, then the teardown; the results file is read.
+#   1. teardown: a process (same user, its own session) holds GPU memory through libcuda
+#      (cuMemAlloc via ctypes: no torch needed); playbooks/teardown.yml runs with the NVML backend
+#      and this process recorded as the server; then every GPU must read idle, the holder must be
+#      gone and nothing else may have died (a bystander process, every other GPU holder seen before).
+#   2. engines: for every engine installed (SGLang: --sglang-python, else .venv-sglang, else
+#      python3; vLLM: --vllm-python, else .venv-vllm, else python3; each needs torch), a tiny model
+#      made on the spot (tests/vllm/make_models.py, no hub), then bench.yml for each speculative
+#      mode it can run on that model (SGLang: ngram, standalone; vLLM: ngram, draft) at C = 1, 4:
+#      the post-launch check passed, accept length > 1 with its source, /flush_cache answered
+#      (SGLang), GPUs idle after. EAGLE/EAGLE-3/MTP need trained heads: always skipped, and said so.
 #
-# Prints one summary line (last line, starting "run_on_gpu:") and exits 0 when every part that
-# ran passed, 1 when one failed, 2 when it cannot run here (no nvidia-smi, no GPU, bad
-# arguments). Finishes in under 8 minutes (part 1 within 2, part 2 within 6).
+# Prints what it skipped and why, then one summary line (last line, starting "run_on_gpu:"); exits
+# 0 when every part that ran passed, 1 when one failed, 2 when it cannot run here (no nvidia-smi,
+# no GPU, bad arguments). One command, under 10 minutes (part 1 within 2, part 2 within the rest).
+# --plan prints what would run (engines found, modes, skips) and starts nothing.
 #
-#   tests/gpu/run_on_gpu.sh [--gpu 0] [--gib 4] [--python PATH] [--model PATH] [--skip-bench]
+#   tests/gpu/run_on_gpu.sh [--gpu 0] [--gib 4] [--sglang-python PATH] [--vllm-python PATH]
+#                           [--skip-bench] [--plan] [--ansible-playbook PATH]
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 GPU=0
 GIB=4
 IDLE_MIB=64
-PYTHON=""
-MODEL=""
+SGLANG_PY=""
+VLLM_PY=""
 SKIP_BENCH=0
+PLAN=0
 ANSIBLE_PLAYBOOK=""
+BUDGET_S=570          # the whole script, under 10 minutes
+PART1_CAP_S=120
+START_S=$(date +%s)
 
 usage() {
-    sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 summary() {  # summary STATUS TEXT: the one line, then exit
@@ -38,24 +48,113 @@ need_value() {  # need_value FLAG COUNT: a flag given without its value
     [ "$2" -ge 2 ] || summary 2 "NOT RUN: $1 needs a value (see --help)"
 }
 
+left_s() {  # seconds left of BUDGET_S
+    echo $((BUDGET_S - ($(date +%s) - START_S)))
+}
+
 while [ $# -gt 0 ]; do
     case "$1" in
-        --gpu|--gib|--python|--model|--ansible-playbook) need_value "$1" $# ;;
+        --gpu|--gib|--sglang-python|--vllm-python|--ansible-playbook) need_value "$1" $# ;;
     esac
     case "$1" in
         --gpu) GPU=${2:-}; shift 2 ;;
         --gib) GIB=${2:-}; shift 2 ;;
-        --python) PYTHON=${2:-}; shift 2 ;;
-        --model) MODEL=${2:-}; shift 2 ;;
+        --sglang-python) SGLANG_PY=${2:-}; shift 2 ;;
+        --vllm-python) VLLM_PY=${2:-}; shift 2 ;;
         --ansible-playbook) ANSIBLE_PLAYBOOK=${2:-}; shift 2 ;;
         --skip-bench) SKIP_BENCH=1; shift ;;
+        --plan) PLAN=1; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2
-           summary 2 "NOT RUN: unknown argument $1; use --gpu N --gib G --python PATH --model PATH --skip-bench" ;;
+           summary 2 "NOT RUN: unknown argument $1; use --gpu N --gib G --sglang-python PATH --vllm-python PATH --skip-bench --plan" ;;
     esac
 done
 case "$GPU" in ''|*[!0-9]*) summary 2 "NOT RUN: --gpu must be a GPU index (0, 1, ...), got '$GPU'" ;; esac
 case "$GIB" in ''|*[!0-9.]*) summary 2 "NOT RUN: --gib must be a number of GiB, got '$GIB'" ;; esac
+
+# ------------------------------------------------------------------ which engines are here
+SKIPPED=""
+skip() {  # skip TEXT: one thing not run, said plainly now and in the summary
+    echo "skipped: $1"
+    SKIPPED="$SKIPPED; $1"
+}
+
+skipped_text() {  # what was skipped, or "nothing"
+    if [ -n "$SKIPPED" ]; then echo "${SKIPPED#; }"; else echo nothing; fi
+}
+
+probe_engine() {  # probe_engine PACKAGE PYTHON...: "PYTHON VERSION" of the first with it and torch
+    local pkg=$1 py out
+    shift
+    for py in "$@"; do
+        if [ -z "$py" ] || [ ! -x "$py" ]; then continue; fi
+        out=$("$py" -c "
+import importlib.metadata as m, importlib.util as u, sys
+if u.find_spec('$pkg') is None:
+    sys.exit(1)
+try:
+    v = m.version('$pkg')
+except Exception:
+    v = m.version('$pkg-cpu')
+try:
+    t = m.version('torch')
+except Exception:
+    t = None
+print(v, 'no-torch' if t is None else ('cpu-torch' if t.endswith('+cpu') else 'torch'))
+" 2>/dev/null) || continue
+        echo "$py $out"
+        return 0
+    done
+    return 1
+}
+
+ENGINES=""
+if [ "$SKIP_BENCH" -eq 1 ]; then
+    skip "part 2, every engine (--skip-bench)"
+else
+    for engine in sglang vllm; do
+        if [ "$engine" = sglang ]; then given=$SGLANG_PY; venv="$ROOT/.venv-sglang/bin/python"
+        else given=$VLLM_PY; venv="$ROOT/.venv-vllm/bin/python"; fi
+        if [ -n "$given" ]; then candidates=("$given"); else candidates=("$venv" "$(command -v python3 || true)"); fi
+        if ! found=$(probe_engine "$engine" "${candidates[@]}"); then
+            skip "$engine: not installed for ${candidates[*]} (pass --$engine-python)"
+            continue
+        fi
+        read -r py version torch <<< "$found"
+        if [ "$torch" = no-torch ]; then
+            skip "$engine $version at $py: no torch there, so it cannot serve (a parser-only venv?)"
+            continue
+        fi
+        if [ "$torch" = cpu-torch ]; then
+            skip "$engine $version at $py: its torch is a CPU build, it cannot serve on the GPU"
+            continue
+        fi
+        ENGINES="$ENGINES $engine|$py|$version"
+    done
+fi
+modes_of() {  # the speculative modes a tiny model made on the spot can serve
+    if [ "$1" = sglang ]; then echo "ngram standalone"; else echo "ngram draft"; fi
+}
+for entry in $ENGINES; do
+    engine=${entry%%|*}
+    if [ "$engine" = sglang ]; then
+        skip "sglang eagle3, eagle, nextn, eagle3-adaptive: they need a trained EAGLE/MTP head, not a tiny model"
+    else
+        skip "vllm eagle3, mtp: they need a trained EAGLE/MTP head, not a tiny model"
+    fi
+done
+
+if [ "$PLAN" -eq 1 ]; then
+    echo "plan: part 1 teardown on GPU $GPU ($GIB GiB through libcuda cuMemAlloc)"
+    for entry in $ENGINES; do
+        IFS="|" read -r engine py version <<< "$entry"
+        echo "plan: part 2 $engine $version ($py): modes $(modes_of "$engine")"
+    done
+    names=""
+    for entry in $ENGINES; do IFS="|" read -r engine _ version <<< "$entry"; names="$names $engine $version,"; done
+    names=${names%,}
+    summary 0 "PLAN ONLY (nothing started): engines:${names:- none} | skipped: $(skipped_text)"
+fi
 
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     summary 2 "NOT RUN: nvidia-smi not found: this check needs an NVIDIA GPU machine with the driver installed (nothing was started)"
@@ -70,15 +169,12 @@ fi
 MACHINE=$(echo "$GPUS" | awk -F', ' -v g="$GPU" '$1 == g {print $2 ", " $4 " MiB, driver " $5}')
 COUNT=$(echo "$GPUS" | wc -l)
 
-[ -n "$PYTHON" ] || PYTHON=$(command -v python3)
 if [ -z "$ANSIBLE_PLAYBOOK" ]; then
     if [ -x "$ROOT/.venv/bin/ansible-playbook" ]; then ANSIBLE_PLAYBOOK="$ROOT/.venv/bin/ansible-playbook"
     else ANSIBLE_PLAYBOOK=$(command -v ansible-playbook || true); fi
 fi
 [ -n "$ANSIBLE_PLAYBOOK" ] || summary 2 "NOT RUN: ansible-playbook not found: build the venv (see README) or pass --ansible-playbook"
-if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-    summary 2 "NOT RUN: $PYTHON has no torch with CUDA: pass --python with one (pip install torch)"
-fi
+PY3=$(command -v python3) || summary 2 "NOT RUN: python3 not found"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/specbench-gpu-XXXXXX")
 NODE="$WORK/node"
@@ -103,32 +199,55 @@ OTHERS=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null |
 T0=$(date +%s)
 sleep 3600 &
 BYSTANDER=$!
-setsid "$PYTHON" -c '
-import os, sys, time, torch
-torch.cuda.set_device(int(sys.argv[1]))
-block = torch.empty(int(float(sys.argv[2]) * (1 << 30)), dtype=torch.uint8, device="cuda")
-torch.cuda.synchronize()
+# The holder: the driver API through ctypes, the primary context of GPU $GPU (nvidia-smi's order:
+# CUDA_DEVICE_ORDER=PCI_BUS_ID), GIB GiB allocated and written; prints its pid, or "ERR <why>".
+CUDA_DEVICE_ORDER=PCI_BUS_ID setsid "$PY3" -c '
+import ctypes, os, sys, time
+try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+except OSError as exc:
+    print("ERR libcuda.so.1 cannot be loaded (%s): is the NVIDIA driver installed here?" % exc, flush=True)
+    sys.exit(3)
+def ok(rc, what):
+    if rc:
+        name = ctypes.c_char_p()
+        cuda.cuGetErrorName(rc, ctypes.byref(name))
+        print("ERR %s failed: %s (%d)" % (what, (name.value or b"?").decode(), rc), flush=True)
+        sys.exit(3)
+ok(cuda.cuInit(0), "cuInit")
+dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+ok(cuda.cuDeviceGet(ctypes.byref(dev), int(sys.argv[1])), "cuDeviceGet(%s)" % sys.argv[1])
+ok(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+ok(cuda.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+size = ctypes.c_size_t(int(float(sys.argv[2]) * (1 << 30)))
+ok(cuda.cuMemAlloc_v2(ctypes.byref(ptr), size), "cuMemAlloc(%s GiB)" % sys.argv[2])
+ok(cuda.cuMemsetD8_v2(ptr, ctypes.c_ubyte(1), size), "cuMemsetD8")
+ok(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
 print(os.getpid(), flush=True)
 time.sleep(3600)
 ' "$GPU" "$GIB" > "$WORK/holder.out" 2> "$WORK/holder.err" &
+HOLDER_PID=$!
 for _ in $(seq 1 120); do
     HOLDER=$(head -n1 "$WORK/holder.out" 2>/dev/null)
     [ -n "$HOLDER" ] && break
+    kill -0 "$HOLDER_PID" 2>/dev/null || break  # it exited without a word: its stderr says why
     sleep 0.5
 done
-[ -n "$HOLDER" ] || summary 1 "FAILED: the torch process did not allocate $GIB GiB on GPU $GPU: $(tail -n 3 "$WORK/holder.err" | tr '\n' ' ')"
+case "$HOLDER" in
+    ERR*) summary 1 "FAILED: part 1 could not hold GPU memory through libcuda: ${HOLDER#ERR }" ;;
+    ''|*[!0-9]*) summary 1 "FAILED: the libcuda holder did not allocate $GIB GiB on GPU $GPU: $(tail -n 3 "$WORK/holder.err" | tr '\n' ' ')" ;;
+esac
 USED=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$GPU" | tr -d ' ')
 START=$(awk '{print $22}' "/proc/$HOLDER/stat")
 EXTRA=$(printf '{"engine":"sglang","gpu_backend":"nvml","gpu_device_glob":"/dev/nvidia*","gpu_idle_mib":%s,"specbench_node_dir":"%s","specbench_server":{"pid":%s,"pgid":%s,"starttime":%s},"gpu_term_timeout_s":10}' \
     "$IDLE_MIB" "$NODE" "$HOLDER" "$HOLDER" "$START")
-(cd "$ROOT" && timeout 120 "$ANSIBLE_PLAYBOOK" playbooks/teardown.yml -e "$EXTRA") > "$WORK/teardown.log" 2>&1
+(cd "$ROOT" && timeout "$PART1_CAP_S" "$ANSIBLE_PLAYBOOK" playbooks/teardown.yml -e "$EXTRA") > "$WORK/teardown.log" 2>&1
 TD_RC=$?
 T1=$(date +%s)
-PART1="teardown"
 PROBLEMS=""
 [ "$TD_RC" -eq 0 ] || PROBLEMS="$PROBLEMS playbook rc $TD_RC ($(grep -m1 -A2 'fatal:' "$WORK/teardown.log" | tr '\n' ' ' | cut -c1-300));"
 idle_all || PROBLEMS="$PROBLEMS a GPU is not idle after it ($(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader | tr '\n' ' '));"
-kill -0 "$HOLDER" 2>/dev/null && PROBLEMS="$PROBLEMS the torch holder $HOLDER survived;"
+kill -0 "$HOLDER" 2>/dev/null && PROBLEMS="$PROBLEMS the libcuda holder $HOLDER survived;"
 kill -0 "$BYSTANDER" 2>/dev/null || PROBLEMS="$PROBLEMS the bystander process $BYSTANDER died;"
 for pid in $OTHERS; do
     kill -0 "$pid" 2>/dev/null || PROBLEMS="$PROBLEMS the other GPU process $pid died;"
@@ -142,33 +261,78 @@ else
 fi
 HOLDER=""
 
-# ------------------------------------------------------------------ part 2: a small bench
-PART2="bench skipped"
-if [ "$SKIP_BENCH" -eq 1 ]; then
-    PART2="bench skipped (--skip-bench)"
-elif ! SGLANG=$("$PYTHON" -c "import importlib.metadata as m; print(m.version('sglang'))" 2>/dev/null); then
-    PART2="bench skipped (no SGLang for $PYTHON; vLLM runs need the vLLM launch role)"
-elif [ -z "$MODEL" ]; then
-    PART2="bench skipped (SGLang $SGLANG found; pass --model with a small local model, e.g. a 0.5B-1B instruct folder)"
-else
-    RESULTS="$WORK/results"
-    BENCH=$(printf '{"mode":"baseline","engine":"sglang","run_id":"gpu-check","results_dir":"%s","specbench_node_dir":"%s","sglang_python":"%s","sglang_model_path":"%s","sglang_tp_size":1,"sglang_server_context_length":4096,"sglang_server_mem_fraction_static":0.8,"sglang_server_max_running_requests":32,"sglang_server_cuda_graph_max_bs":32,"sglang_server_expected_version":"","sglang_server_ready_timeout":240,"bench_concurrency":[1,4,16],"bench_warmup_s":5,"bench_window_s":15,"bench_input_len":128,"bench_output_len":128,"gpu_backend":"nvml","gpu_device_glob":"/dev/nvidia*"}' \
-        "$RESULTS" "$NODE" "$PYTHON" "$MODEL")
-    (cd "$ROOT" && timeout 330 "$ANSIBLE_PLAYBOOK" bench.yml -e "$BENCH") > "$WORK/bench.log" 2>&1
-    B_RC=$?
-    (cd "$ROOT" && timeout 60 "$ANSIBLE_PLAYBOOK" playbooks/teardown.yml -e "$EXTRA") >> "$WORK/bench.log" 2>&1
-    FIGS=$("$PYTHON" - "$RESULTS" <<'PY' 2>/dev/null
-import glob, json, sys
-files = glob.glob(sys.argv[1] + "/gpu-check/*/baseline.json")
-doc = json.load(open(files[0])) if files else {"levels": []}
-print(" ".join(f"C={lv['concurrency']}:{lv.get('output_tok_per_s') or 0:.1f}" for lv in doc["levels"]))
-PY
-)
-    if [ "$B_RC" -eq 0 ] && [ -n "$FIGS" ] && idle_all; then
-        PART2="bench SGLang $SGLANG $(basename "$MODEL") tok/s $FIGS, GPUs idle after"
+# ------------------------------------------------------------------ part 2: every engine's modes
+MODELS="$WORK/models"
+PART2=""
+bench_vars() {  # bench_vars ENGINE MODE PYTHON: bench.yml's extra vars as JSON
+    local common
+    common=$(printf '"mode":"%s","engine":"%s","run_id":"gpu-check","results_dir":"%s","specbench_node_dir":"%s","bench_concurrency":[1,4],"bench_warmup_s":3,"bench_window_s":8,"bench_input_len":64,"bench_output_len":64,"gpu_backend":"nvml","gpu_device_glob":"/dev/nvidia*"' \
+        "$2" "$1" "$WORK/results" "$NODE")
+    if [ "$1" = sglang ]; then
+        printf '{%s,"bench_api":"chat","sglang_python":"%s","sglang_model_path":"%s/tiny","sglang_server_standalone_draft_model_path":"%s/tiny-draft","sglang_server_context_length":1024,"sglang_server_mem_fraction_static":0.5,"sglang_server_max_running_requests":16,"sglang_server_cuda_graph_max_bs":16,"sglang_server_expected_version":"","sglang_server_ready_timeout":240}' \
+            "$common" "$3" "$MODELS" "$MODELS"
     else
-        PART2="bench FAILED (rc $B_RC; $(grep -m1 -A2 'fatal:' "$WORK/bench.log" | tr '\n' ' ' | cut -c1-200)) see $WORK/bench.log"
+        printf '{%s,"bench_api":"completions","vllm_python":"%s","vllm_model_path":"%s/tiny","vllm_draft_model_path":"%s/tiny-draft","vllm_server_served_model_name":"tiny","vllm_server_max_model_len":1024,"vllm_server_max_num_seqs":16,"vllm_server_gpu_memory_utilization":0.5,"vllm_server_environment":{"HF_HUB_OFFLINE":"1","TRANSFORMERS_OFFLINE":"1"},"vllm_server_ready_timeout":240}' \
+            "$common" "$3" "$MODELS" "$MODELS"
+    fi
+}
+if [ -n "$ENGINES" ]; then
+    first=${ENGINES# }
+    first=${first%% *}
+    IFS="|" read -r _ MAKER _ <<< "$first"
+    if ! timeout 120 "$MAKER" "$ROOT/tests/vllm/make_models.py" "$MODELS" > "$WORK/models.log" 2>&1; then
+        PART2="engines FAILED: the tiny models could not be made ($(tail -n 2 "$WORK/models.log" | tr '\n' ' ')) see $WORK/models.log"
         STATUS=1
+        ENGINES=""
     fi
 fi
-summary "$STATUS" "$PART1 | $PART2 | machine: $COUNT x $MACHINE"
+for entry in $ENGINES; do
+    IFS="|" read -r engine py version <<< "$entry"
+    for mode in $(modes_of "$engine"); do
+        budget=$(( $(left_s) - 20 ))
+        if [ "$budget" -lt 90 ]; then
+            skip "$engine $mode: the 10-minute budget is spent (${budget}s left)"
+            continue
+        fi
+        [ "$budget" -gt 240 ] && budget=240
+        (cd "$ROOT" && timeout "$budget" "$ANSIBLE_PLAYBOOK" bench.yml -e "$(bench_vars "$engine" "$mode" "$py")") \
+            > "$WORK/bench-$engine-$mode.log" 2>&1
+        rc=$?
+        (cd "$ROOT" && timeout 60 "$ANSIBLE_PLAYBOOK" playbooks/teardown.yml -e "$EXTRA") >> "$WORK/bench-$engine-$mode.log" 2>&1
+        # What the results say: the post-launch check, accept length and its source, the flush.
+        verdict=$("$PY3" - "$WORK/results" "$mode" "$engine" <<'PY' 2>&1
+import glob, json, sys
+folder, mode, engine = sys.argv[1:4]
+files = glob.glob(f"{folder}/gpu-check/*/{mode}.json")
+if not files:
+    print("FAILED no results file")
+    sys.exit()
+doc = json.load(open(files[0]))
+bad = []
+check = (doc.get("server") or {}).get("post_launch_check") or {}
+if not check.get("ok"):
+    bad.append(f"post-launch check {check.get('mismatches') or 'missing'}")
+if doc.get("status") != "complete":
+    bad.append(f"status {doc.get('status')}: {doc.get('error')}")
+accepts = []
+for level in doc.get("levels") or []:
+    value = level.get("accept_length")
+    if not value or value <= 1 or not level.get("accept_length_source"):
+        bad.append(f"C={level.get('concurrency')} accept length {value} ({level.get('accept_length_source')})")
+    if engine == "sglang" and level.get("cache_flushed") is not True:
+        bad.append(f"C={level.get('concurrency')} /flush_cache not answered 200")
+    accepts.append(f"{value or 0:.2f}")
+print(("FAILED " + "; ".join(bad)) if bad else
+      f"ok (check passed, accept {'/'.join(accepts)}{', flushed' if engine == 'sglang' else ''})")
+PY
+)
+        if [ "$rc" -eq 0 ] && [ "${verdict#ok}" != "$verdict" ] && idle_all; then
+            PART2="$PART2 $engine $version $mode $verdict;"
+        else
+            PART2="$PART2 $engine $mode FAILED (rc $rc; ${verdict#FAILED }; idle after: $(idle_all && echo yes || echo no)) see $WORK/bench-$engine-$mode.log;"
+            STATUS=1
+        fi
+    done
+done
+[ -n "$PART2" ] || PART2="engines: none run"
+summary "$STATUS" "$PART1 |${PART2%;} | skipped: $(skipped_text) | machine: $COUNT x $MACHINE | $(( $(date +%s) - START_S )) s"

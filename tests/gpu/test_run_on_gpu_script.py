@@ -1,10 +1,13 @@
 """tests/gpu/run_on_gpu.sh where there is no GPU: its arguments, the clear refusal without
-nvidia-smi (nothing started), a stand-in nvidia-smi for the GPU-index check, shellcheck."""
+nvidia-smi (nothing started), a stand-in nvidia-smi for the GPU-index check, the plan (which
+engines and modes would run, what is skipped and why) with stand-in interpreters, part 1 up to
+libcuda, shellcheck. About 2 s."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,8 +16,8 @@ SCRIPT = Path(__file__).resolve().parent / "run_on_gpu.sh"
 BASH = shutil.which("bash") or "/bin/bash"
 
 
-def _run(*args, path: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": path if path is not None else os.environ.get("PATH", "")}
+def _run(*args, path: str | None = None, **extra_env) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": path if path is not None else os.environ.get("PATH", ""), **extra_env}
     return subprocess.run([BASH, str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=env,
                           check=False)
 
@@ -23,10 +26,13 @@ def _bin_without_nvidia_smi(tmp_path: Path) -> str:
     """A PATH with the basic tools this script uses and no nvidia-smi, whatever this machine has."""
     folder = tmp_path / "bin"
     folder.mkdir()
-    for tool in ("sed", "awk", "grep", "cut", "tr", "wc", "head", "dirname", "mktemp", "python3", "date"):
+    for tool in ("sed", "awk", "grep", "cut", "tr", "wc", "head", "dirname", "mktemp", "date", "sort",
+                 "sleep", "seq", "setsid", "tail", "timeout", "env", "bash"):
         found = shutil.which(tool)
         if found:
             (folder / tool).symlink_to(found)
+    # The interpreter itself, not a version manager's shim (which needs more than this PATH).
+    (folder / "python3").symlink_to(os.path.realpath(sys.executable))
     return str(folder)
 
 
@@ -57,7 +63,54 @@ def test_bad_arguments_name_the_problem(args, needle):
 def test_help_describes_both_parts():
     done = _run("--help")
     assert done.returncode == 0
-    assert "teardown" in done.stdout and "C = 1, 4, 16" in done.stdout and "under 8 minutes" in done.stdout
+    for needle in ("teardown", "cuMemAlloc via ctypes: no torch needed", "C = 1, 4", "under 10 minutes",
+                   "post-launch check", "/flush_cache", "--plan"):
+        assert needle in done.stdout, needle
+
+
+def _fake_python(folder: Path, name: str, answer: str) -> str:
+    """An interpreter stand-in: answers the script's engine probe with ``answer`` ("VERSION TORCH")."""
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho '{answer}'\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_the_plan_names_every_engine_its_modes_and_every_skip(tmp_path):
+    sglang = _fake_python(tmp_path, "sglang-python", "0.5.23 torch")
+    vllm_cpu = _fake_python(tmp_path, "vllm-python", "0.32.0 cpu-torch")
+    done = _run("--plan", "--sglang-python", sglang, "--vllm-python", vllm_cpu)
+    assert done.returncode == 0, done.stdout
+    assert f"plan: part 2 sglang 0.5.23 ({sglang}): modes ngram standalone" in done.stdout
+    assert "plan: part 1 teardown on GPU 0 (4 GiB through libcuda cuMemAlloc)" in done.stdout
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("run_on_gpu: PLAN ONLY (nothing started): engines: sglang 0.5.23 | skipped: ")
+    assert "vllm 0.32.0 at" in last and "its torch is a CPU build, it cannot serve on the GPU" in last
+    assert "sglang eagle3, eagle, nextn, eagle3-adaptive: they need a trained EAGLE/MTP head" in last
+    gone = _run("--plan", "--sglang-python", str(tmp_path / "nope"), "--vllm-python", sglang.replace("sglang", "x"))
+    assert "sglang: not installed for " + str(tmp_path / "nope") + " (pass --sglang-python)" in gone.stdout
+    skipped = _run("--plan", "--skip-bench")
+    assert "skipped: part 2, every engine (--skip-bench)" in skipped.stdout.strip().splitlines()[-1]
+
+
+def test_part_one_without_libcuda_fails_naming_it(tmp_path):
+    """Up to the GPU: a stand-in nvidia-smi lists an idle GPU, the holder then cannot load
+    libcuda and the script says so (exit 1); its bystander is cleaned up."""
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("libcuda is here: this machine would really allocate")
+    except OSError:
+        pass
+    folder = Path(_bin_without_nvidia_smi(tmp_path))
+    fake = folder / "nvidia-smi"
+    fake.write_text('#!/bin/sh\ncase "$*" in\n  *index,name*) echo "0, FAKE GPU, 0, 1000, 1.0" ;;\n'
+                    '  *compute-apps*) ;;\n  *) echo 0 ;;\nesac\n')
+    fake.chmod(0o755)
+    done = _run("--skip-bench", path=str(folder), TMPDIR=str(tmp_path))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith(
+        "run_on_gpu: FAILED: part 1 could not hold GPU memory through libcuda: libcuda.so.1 cannot be loaded")
 
 
 def test_a_gpu_index_the_machine_lacks_is_refused(tmp_path):

@@ -74,6 +74,8 @@ def test_every_mode_launches_on_the_emulator_and_reaches_ready(tmp_path, node_di
         # The server reports resolved values: SGLang turns NEXTN into EAGLE.
         assert fact["server_info"]["speculative_algorithm"] == ("EAGLE" if algorithm == "NEXTN" else algorithm)
         assert fact["server_info"]["max_running_requests"] == 256
+        # The post-launch check ran on /server_info and found the mode's speculative settings running.
+        assert fact["post_launch_check"]["ok"] and fact["info_path"] == "/server_info", fact["post_launch_check"]
         assert fact["base_url"] == f"http://127.0.0.1:{ports[mode]}"
         assert fact["unit"] is None and fact["launcher"] == "session"
         # Its own process group, recorded for the teardown, and still serving.
@@ -116,6 +118,11 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
         "exits_during_startup": {"vars": {"mode": "baseline", "sglang_server_emulator_faults": ["fail-start"],
                                           "sglang_server_ready_timeout": 600}},
         "check_mode": {"vars": {"mode": "eagle3"}, "check": True},
+        # SGLang turns adaptive off at top-k != 1 with a log warning only: the mode fails by name.
+        "adaptive_turned_off": {"vars": {"mode": "eagle3-adaptive", "sglang_server_port": free_port(),
+                                         "sglang_server_mode_extra_args": {
+            "eagle3-adaptive": ["--speculative-eagle-topk", "4"]},
+            "sglang_server_state_path": str(node_dir / "state" / "server-adaptive.json")}},
         "override_recorded": {"vars": {"mode": "eagle3", "sglang_server_mode_overrides": {
             "eagle3": {"mem_fraction_static": 0.8}},
             "sglang_server_state_path": str(node_dir / "state" / "server-override.json")}},
@@ -147,11 +154,18 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
     refused("port_in_use", f"port {busy_port}", f"pid {os.getpid()}", "sglang_server_port",
             task="Start the server")
     refused("exits_during_startup", "exited during startup", "CUDA out of memory", task="Wait for readiness")
+    refused("adaptive_turned_off", "mode eagle3-adaptive is not running as asked",
+            "speculative_adaptive: asked True, the server runs False",
+            "speculative_adaptive disabled: speculative_eagle_topk=4 (only topk=1 is supported)",
+            task="Wait for readiness")
     assert "not ready within" not in out["exits_during_startup"]["msg"]
-    # Nothing launched by the refused cases, nor in check mode: the only records are the
-    # server that died at startup and the override case's.
+    # Nothing launched by the refused cases, nor in check mode: the only records are the server that
+    # died at startup, the override case's and the adaptive case's (launched, then failed by the check).
     assert not out["check_mode"]["failed"] and out["check_mode"]["fact"] is None
-    assert sorted(p.name for p in (node_dir / "state").glob("*.json")) == ["server-override.json", "server.json"]
+    assert sorted(p.name for p in (node_dir / "state").glob("*.json")) == [
+        "server-adaptive.json", "server-override.json", "server.json"]
+    # The mismatch is on record for the teardown and the results.
+    assert not json.loads((node_dir / "state" / "server-adaptive.json").read_text())["post_launch_check"]["ok"]
     died = json.loads((node_dir / "state" / "server.json").read_text())
     assert "--emulator-fault" in died["command"] and not proc_table.alive(died["pid"], died["starttime"])
     # A per-mode override asked for by name is applied and recorded as a confounder.

@@ -32,12 +32,16 @@ How a level is measured
   tokens has its gap split over k, as SGLang does), TPOT ((E2E - TTFT) / (tokens - 1)),
   E2E, per-stream decode tok/s; each mean, p50, p90, p99 (linear interpolation, numpy's).
 * Tokens per chunk: native /generate from ``meta_info.completion_tokens`` (exact); chat and
-  completions count the words of each delta and scale them so a request's total equals
-  the server's ``usage.completion_tokens`` (exact totals; exact per chunk on the emulator).
-* Accept length: sum(completion_tokens) / sum(spec_verify_ct) of /generate, else
-  ``/get_server_info`` after a ``/flush_cache`` before the level. Server-side running and
-  queued requests, and the server's own generated-token rate over the window, from
-  ``/metrics`` when it exists (a client figure far from the server's draws a warning).
+  completions from the usage in every chunk (``stream_options.continuous_usage_stats``, which
+  SGLang and vLLM honour), else the words of each delta scaled so a request's total equals the
+  server's ``usage.completion_tokens``; ``token_count_source`` says which.
+* Accept length (``accept_length_source`` says which): sum(completion_tokens) /
+  sum(spec_verify_ct) of /generate over the requests finished in the window, else the engine's
+  counters over the window (/metrics), else ``/server_info`` over every DP rank after a
+  ``/flush_cache`` before the level. Server-side running and queued requests, and the server's
+  own generated-token counter over the window, from ``/metrics`` when it exists (a client
+  figure far from the server's draws a warning; SGLang counts a request when it finishes, so
+  its counter is held against the requests finished between two readings).
 * The client measures itself: CPU use per worker process, and how long after their arrival
   (the kernel's stamp) it read the data; above 85 % of a core, or reads 10 ms behind on
   average, the level carries a warning that the client, not the server, may be the limit.

@@ -212,9 +212,10 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
 
 def _merge(results: list[dict]) -> dict:
     out: dict = {"kinds": {}, "examples": {}}
-    for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify"):
+    for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify", "exact"):
         out[key] = sum(r[key] for r in results)
-    for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends"):
+    for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends", "end_tokens",
+                "end_verify"):
         out[key] = [v for r in results for v in r[key]]
     itl = array("d")
     for r in results:
@@ -246,6 +247,97 @@ def _merge(results: list[dict]) -> dict:
     return out
 
 
+def finished_in_window(raws: list[dict]) -> tuple[int, float, float]:
+    """(requests, tokens, verify steps) of the requests that finished inside each repeat's window."""
+    count, tokens, verify = 0, 0.0, 0.0
+    for raw in raws:
+        ws, we = raw.get("ws"), raw.get("window_end")
+        if ws is None or we is None:
+            continue
+        for end, n, v in zip(raw["ends"], raw["end_tokens"], raw["end_verify"]):  # noqa: B905
+            if ws <= end < we:
+                count += 1
+                tokens += n
+                verify += v
+    return count, tokens, verify
+
+
+def accept_length_of(raws: list[dict], level: dict, settings: dict, engine, spec: bool, accept_server: list,
+                     flushed_all: bool) -> dict:
+    """The level's accept length and where it came from, the source that covers the window most
+    exactly first: the native API's per-request spec_verify_ct over the requests finished in the
+    window; the engine's counters over the window (/metrics); the server's description after the
+    repeat (SGLang: every DP rank's lifetime figure since the flush, folded only at its decode log)."""
+    out = {"accept_length": None, "accept_length_source": None}
+    for key in ("_spec_verify", "_spec_ct", "_spec_verify_sum"):
+        level.pop(key, None)
+    if not spec:
+        return out
+    if settings["api"] == "native":
+        count, tokens, verify = finished_in_window(raws)
+        if verify > 0:
+            out["accept_length"] = round(tokens / verify, 4)
+            out["accept_length_source"] = (f"/generate per request: sum(completion_tokens) / sum(spec_verify_ct) over "
+                                           f"the {count} requests finished in the window")
+            return out
+        tokens = sum(r["spec_ct"] for r in raws)
+        verify = sum(r["spec_verify"] for r in raws)
+        if verify > 0:  # no request finished inside the window: those sent in it, finished after
+            out["accept_length"] = round(tokens / verify, 4)
+            out["accept_length_source"] = ("/generate per request: sum(completion_tokens) / sum(spec_verify_ct) over "
+                                           "the requests sent in the window (none finished inside it)")
+            return out
+    counted = [r["metrics"]["accept_length"] for r in raws if (r.get("metrics") or {}).get("accept_length")]
+    if counted:
+        out["accept_length"] = round(sum(counted) / len(counted), 4)
+        if engine.SPEC_VERIFY:
+            out["accept_length_source"] = (f"/metrics over the window: delta({engine.GENERATED.decode()}) / "
+                                           f"delta({engine.SPEC_VERIFY.decode()}), both counted as requests finish")
+        else:
+            out["accept_length_source"] = ("/metrics spec_decode counters over the window: "
+                                           "1 + delta(accepted) / delta(drafts)")
+        bounds = [r["metrics"].get("accept_length_bounds") for r in raws if (r.get("metrics") or {}).get("accept_length")]
+        if len(bounds) == 1 and bounds[0]:
+            out["accept_length_bounds"] = bounds[0]  # what the scrapes at the window's edges allow
+        return out
+    if accept_server:
+        out["accept_length"] = round(sum(a["value"] for a in accept_server) / len(accept_server), 4)
+        ranks = accept_server[-1]
+        out["accept_length_source"] = (
+            f"{ranks['path']} avg_spec_accept_length after the repeat, mean over {ranks['ranks']} of "
+            f"{ranks['of']} DP ranks: lifetime since "
+            + ("/flush_cache" if settings["flush_cache"] and flushed_all else "the server started (no flush)")
+            + ", folded in only every --decode-log-interval decode batches, so not exactly the window")
+    return out
+
+
+def token_counts_of(raws: list[dict], level: dict, settings: dict, engine, calibration) -> dict:
+    """Where the tokens per chunk and the prompts' sizes came from (``token_count_source``), with a
+    warning where the engine offers exact counts but the server did not give them."""
+    out: dict = {}
+    measured = level.get("requests_measured") or 0
+    exact = sum(r.get("exact", 0) for r in raws)
+    if settings["api"] == "native":
+        out["token_count_source"] = "/generate meta_info.completion_tokens in every chunk (exact)"
+    elif measured and exact == measured:
+        out["token_count_source"] = "usage in every chunk (stream_options.continuous_usage_stats; exact)"
+    elif measured:
+        out["token_count_source"] = (f"words per chunk, scaled to usage.completion_tokens of each request "
+                                     f"({measured - exact} of {measured} requests had no usage in their chunks)")
+        if engine.STREAM_OPTIONS:
+            level["warnings"].append(
+                "the server sent no usage in its stream chunks although asked (stream_options.continuous_usage_stats):"
+                " tokens per chunk are word counts scaled to each request's total, so ITL and the window's edges "
+                "are estimates")
+    else:
+        out["token_count_source"] = None
+    if engine.TOKENIZE_PATH and not calibration and settings["api"] != "native" and not settings.get("prompts"):
+        level["warnings"].append(f"the server did not answer POST {engine.TOKENIZE_PATH}: prompts are sized in "
+                                 "words, not in its tokens (input_tokens_mean says what they held)")
+        out["prompt_calibration"] = None
+    return out
+
+
 def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) -> dict:
     """Measure one level (all its repeats); the returned dict is the level's result."""
     started = time.time()
@@ -257,6 +349,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     if engine.STREAM_OPTIONS:
         settings["_stream_options"] = engine.STREAM_OPTIONS
     settings["_rate_tolerance"] = engine.RATE_TOLERANCE
+    settings["_generated_on_finish"] = engine.GENERATED_ON_FINISH
     raws = []
     accept_server = []
     flushed_all = True
@@ -273,7 +366,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
             raw["wall_offset"] = time.time() - time.monotonic()
             raws.append(raw)
             if spec and settings["api"] != "native":
-                value = server_accept_length(settings, engine)
+                value = server_accept_length(settings, engine, server.get("info_path"))
                 if value is not None:
                     accept_server.append(value)
             if raw["ok"] == 0 or raw["stop_reason"]:
@@ -283,30 +376,14 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         level.update(empty_level_fields())
         return level
     level.update(summarize(raws, settings, concurrency))
-    if spec:
-        if settings["api"] == "native" and level.pop("_spec_verify"):
-            level["accept_length"] = round(level.pop("_spec_ct") / level.pop("_spec_verify_sum"), 4)
-            level["accept_length_source"] = "sum(completion_tokens) / sum(spec_verify_ct) of /generate"
-        elif accept_server:
-            level["accept_length"] = round(sum(accept_server) / len(accept_server), 4)
-            level["accept_length_source"] = ("/get_server_info avg_spec_accept_length after "
-                                             + ("/flush_cache" if settings["flush_cache"] and flushed_all
-                                                else "no flush (lifetime average)"))
-    counted = [r["metrics"]["accept_length"] for r in raws if (r.get("metrics") or {}).get("accept_length")]
-    if spec and level.get("accept_length") is None and counted:
-        level["accept_length"] = round(sum(counted) / len(counted), 4)
-        level["accept_length_source"] = ("/metrics spec_decode counters over the window: "
-                                         "1 + delta(accepted) / delta(drafts)")
-        bounds = [r["metrics"].get("accept_length_bounds") for r in raws if (r.get("metrics") or {}).get("accept_length")]
-        if len(bounds) == 1 and bounds[0]:
-            level["accept_length_bounds"] = bounds[0]  # what the scrapes at the window's edges allow
-    for key in ("_spec_verify", "_spec_ct", "_spec_verify_sum"):
-        level.pop(key, None)
-    level.setdefault("accept_length", None)
-    level.setdefault("accept_length_source", None)
+    level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
+    level.update(token_counts_of(raws, level, settings, engine, calibration))
+    if spec and settings["flush_cache"] and engine.FLUSH_PATH:
+        level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
     if spec and level["accept_length"] is None and level["requests_ok"]:
-        level["warnings"].append("speculative server, but no accept length: neither spec_verify_ct in /generate "
-                                 "nor avg_spec_accept_length in /get_server_info")
+        level["warnings"].append("speculative server, but no accept length: no spec_verify_ct in /generate, no "
+                                 "spec-decode counters in /metrics over the window, no avg_spec_accept_length in "
+                                 f"{server.get('info_path') or engine.INFO_PATH}")
     if server.get("metrics_available") is False:
         level["server_note"] = "no /metrics (start SGLang with --enable-metrics for running/queued counts)"
     timed = [r for r in raws if r.get("ws") is not None and r.get("window_end") is not None]

@@ -84,21 +84,24 @@ def probe_server(settings: dict) -> dict:
     info = None
     found = None
     described = dict.fromkeys(engines.DESCRIBED)
+    info_path = None
     for engine in engines.ENGINES:
-        if not engine.INFO_PATH:
-            continue
-        status, data = http_call(settings, "GET", engine.INFO_PATH)
-        obj = json_or_none(data) if status == 200 else None
-        if isinstance(obj, dict) and engine.recognise(obj):
-            info = obj
-            found = engine
-            described = engine.describe(info)
+        for path in (engine.INFO_PATH, engine.INFO_FALLBACK):
+            if not path:
+                continue
+            status, data = http_call(settings, "GET", path)
+            obj = json_or_none(data) if status == 200 else None
+            if isinstance(obj, dict) and engine.recognise(obj):
+                info, found, info_path = obj, engine, path
+                described = engine.describe(info)
+                break
+        if found is not None:
             break
     status_m, data_m = http_call(settings, "GET", "/metrics")
     metrics = status_m == 200 and any(engine.METRIC_PREFIX in data_m for engine in engines.ENGINES)
     server = {"base_url": url, "model": model, "models": models}
     server.update((key, described.get(key)) for key in engines.DESCRIBED)
-    server.update(server_info=info, metrics_available=metrics)
+    server.update(server_info=info, metrics_available=metrics, info_path=info_path)
     if found is not None and found is not engines.DEFAULT:
         # Another engine than SGLang (the default): named so the level uses its adapter.
         server["engine"] = found.NAME
@@ -154,15 +157,18 @@ def flush_cache(settings: dict, wait_s: float = 10.0, engine=engines.DEFAULT) ->
         time.sleep(0.1)
 
 
-def server_accept_length(settings: dict, engine=engines.DEFAULT) -> float | None:
-    """The server's own accept length (the engine says where and how), None without one."""
-    if not engine.INFO_PATH:
+def server_accept_length(settings: dict, engine=engines.DEFAULT, path: str | None = None) -> dict | None:
+    """The server's own accept length ({"value", "ranks", "of"}: the engine says where and how),
+    from ``path`` (the description path the probe found) or the engine's INFO_PATH; None without one."""
+    path = path or engine.INFO_PATH
+    if not path:
         return None
     try:
-        status, data = http_call(settings, "GET", engine.INFO_PATH, timeout=5.0)
+        status, data = http_call(settings, "GET", path, timeout=5.0)
     except ServerError:
         return None
-    return engine.accept_length(json_or_none(data) if status == 200 else None)
+    found = engine.accept_length(json_or_none(data) if status == 200 else None)
+    return dict(found, path=path) if found else None
 
 
 # Every engine's metric names: the counters of whichever engine serves are summed.
@@ -171,13 +177,15 @@ _QUEUED = tuple(engine.QUEUED for engine in engines.ENGINES)
 _GENERATED = tuple(engine.GENERATED for engine in engines.ENGINES)
 _DRAFTS = tuple(engine.SPEC_DRAFTS for engine in engines.ENGINES if engine.SPEC_DRAFTS)
 _ACCEPTED = tuple(engine.SPEC_ACCEPTED for engine in engines.ENGINES if engine.SPEC_ACCEPTED)
+_VERIFY = tuple(engine.SPEC_VERIFY for engine in engines.ENGINES if engine.SPEC_VERIFY)
 _SLOT = dict([(n, 0) for n in _RUNNING] + [(n, 1) for n in _QUEUED] + [(n, 2) for n in _GENERATED]
-             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED])
+             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED] + [(n, 5) for n in _VERIFY])
 
 
 def parse_all_metrics(text: bytes) -> list:
-    """[running, queued, generated, drafts, accepted] summed over label sets (None: absent)."""
-    out: list = [None] * 5
+    """[running, queued, generated, drafts, accepted, verify calls] summed over label sets (None:
+    absent)."""
+    out: list = [None] * 6
     for line in text.splitlines():
         if not line or line[:1] == b"#":
             continue
@@ -259,9 +267,9 @@ class MetricsPoller(threading.Thread):
                 status, data = 0, b""
             received = time.monotonic()  # the server read its counters somewhere in between
             if status == 200:
-                running, queued, total, drafts, accepted = parse_all_metrics(data)
+                running, queued, total, drafts, accepted, verify = parse_all_metrics(data)
                 if running is not None:
-                    self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted))
+                    self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted, verify))
             if self.halt.is_set():
                 break  # the last sample comes after the level ended: the window's end is bracketed
             self.halt.wait(interval)
@@ -269,13 +277,14 @@ class MetricsPoller(threading.Thread):
     def over_window(self, ws: float, we: float) -> dict:
         """The server's counters over the window the client measured: generated tokens (per
         second, with the bounds the scrapes allow) and, where the engine counts them, the
-        spec-decode accept length 1 + delta(accepted) / delta(drafts) with its bounds (each
-        counter's extremes taken independently, so the bounds hold whatever the counters did
-        between two scrapes). Empty when no samples bracket the window."""
+        spec-decode accept length with its bounds (vLLM: 1 + delta(accepted) / delta(drafts);
+        SGLang: delta(generated) / delta(verify calls), both counted at each request's finish).
+        Each counter's extremes are taken independently, so the bounds hold whatever the counters
+        did between two scrapes. Empty when no samples bracket the window."""
         out: dict = {}
         span = we - ws
-        counts = window_counts(self.samples, (4, 5, 6), ws, we)
-        generated, drafts, accepted = counts[4], counts[5], counts[6]
+        counts = window_counts(self.samples, (4, 5, 6, 7), ws, we)
+        generated, drafts, accepted, verify = counts[4], counts[5], counts[6], counts[7]
         if generated is not None and span > 0:
             out["generated_tok_per_s"] = round(generated[1] / span, 3)
             out["generated_tokens"] = round(generated[1], 1)
@@ -287,6 +296,12 @@ class MetricsPoller(threading.Thread):
             if drafts[0] > 0:
                 out["accept_length_bounds"] = [round(1.0 + max(0.0, accepted[0]) / drafts[2], 4),
                                                round(1.0 + accepted[2] / drafts[0], 4)]
+        elif verify and verify[1] > 0 and generated is not None:
+            out["accept_length"] = round(generated[1] / verify[1], 4)
+            out["spec_verify_calls"] = round(verify[1], 1)
+            if verify[0] > 0:
+                out["accept_length_bounds"] = [round(max(0.0, generated[0]) / verify[2], 4),
+                                               round(generated[2] / verify[0], 4)]
         return out
 
     def result(self, ws: float | None, we: float | None) -> dict | None:
@@ -299,13 +314,20 @@ class MetricsPoller(threading.Thread):
         runs = [s[2] for s in inside]
         queues = [s[3] for s in inside]
         rate = None
-        counted = [((s[0] + s[1]) / 2, s[4]) for s in inside if s[4] is not None]
-        if len(counted) >= 2 and counted[-1][0] > counted[0][0]:
-            rate = (counted[-1][1] - counted[0][1]) / (counted[-1][0] - counted[0][0])
+        read = [((s[0] + s[1]) / 2, s[4]) for s in inside if s[4] is not None]
+        if len(read) >= 2 and read[-1][0] > read[0][0]:
+            rate = (read[-1][1] - read[0][1]) / (read[-1][0] - read[0][0])
         out = {"running": {"mean": round(sum(runs) / len(runs), 2), "max": max(runs)},
                "queued": {"mean": round(sum(queues) / len(queues), 2), "max": max(queues)},
                "generated_tok_per_s": round(rate, 3) if rate is not None else None,
                "samples": len(runs)}
+        # (midpoint, counter, half the round trip) of the scrapes answered inside the window
+        counted = [((s[0] + s[1]) / 2, s[4], (s[1] - s[0]) / 2) for s in inside if s[4] is not None]
+        if len(counted) >= 2:
+            # The generated-token counter as read, between the first and last samples inside the
+            # window (no interpolation): for engines that count a request at its finish.
+            (t0, v0, w0), (t1, v1, w1) = counted[0], counted[-1]
+            out["generated_between"] = {"from": t0, "to": t1, "tokens": v1 - v0, "half_widths": [w0, w1]}
         if we is not None:
             edges = self.over_window(ws, we)
             if "generated_tok_per_s" in edges:

@@ -126,6 +126,43 @@ def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
     return "; ".join(parts)
 
 
+def finished_tokens_check(raws: list[dict], settings: dict, tolerance: float) -> dict | None:
+    """The server's generated-token counter against the client, for an engine that counts a
+    request's tokens when it finishes (SGLang: srt/observability/metrics_collector.py,
+    observe_one_finished_request): the counter's rise between two of its readings inside the
+    window against the client's tokens of the requests that finished between those readings.
+
+    Each reading happened somewhere within its request's round trip (``half_widths`` either
+    side of its time), and the client receives a request's last chunk after the server counted it
+    (by its mean read lag): requests finishing that close to a reading may fall on either side, so
+    their tokens (``edge_slack_tokens``) widen the allowed gap, on top of ``tolerance``. None when
+    no repeat had two readings inside its window."""
+    lags = [g for r in raws for g in (r.get("lag") or []) if g is not None]
+    lag = max(lags) if lags else 0.0
+    server = client = slack = 0.0
+    spans = 0
+    for raw in raws:
+        between = (raw.get("metrics") or {}).get("generated_between")
+        if not between:
+            continue
+        spans += 1
+        t0, t1 = between["from"], between["to"]
+        w0, w1 = (w + lag for w in between["half_widths"])
+        server += between["tokens"]
+        for end, n in zip(raw["ends"], raw["end_tokens"]):  # noqa: B905
+            if abs(end - t0) <= w0 or abs(end - t1) <= w1:
+                slack += n
+            elif t0 < end < t1:
+                client += n
+    if not spans:
+        return None
+    return {"basis": "tokens of the requests finished between two readings of the server's counter inside the "
+                     "window (it counts a request when it finishes)",
+            "server_tokens": round(server, 1), "client_tokens": round(client, 1),
+            "edge_slack_tokens": round(slack, 1),
+            "agree": abs(server - client) <= tolerance * client + slack}
+
+
 def empty_level_fields() -> dict:
     return {"output_tok_per_s": None, "output_tok_per_s_ci95": None, "requests_ok": 0, "requests_failed": 0,
             "ttft_ms": None, "itl_ms": None, "tpot_ms": None, "e2e_ms": None, "accept_length": None}
@@ -231,7 +268,17 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
                         "machine) rather than the server may set this figure; use more workers or a quieter machine")
     server_rate = level["server_output_tok_per_s"]
     tolerance = settings.get("_rate_tolerance", 0.1)
-    if server_rate and mean and abs(mean / server_rate - 1) > tolerance:
+    if settings.get("_generated_on_finish"):
+        # SGLang counts a request's tokens when it finishes: like with like, not with the rate.
+        check = finished_tokens_check(raws, settings, tolerance)
+        level["server_count_check"] = check
+        if check and not check["agree"]:
+            warnings.append(
+                f"the server counted {check['server_tokens']:.0f} tokens of requests finished in the window, the "
+                f"client {check['client_tokens']:.0f} (more apart than {100 * tolerance:g}% plus the "
+                f"{check['edge_slack_tokens']:.0f} tokens of requests finishing near the window's edges): other "
+                "clients on the server, or a client bottleneck")
+    elif server_rate and mean and abs(mean / server_rate - 1) > tolerance:
         warnings.append(f"the server counted {server_rate:.1f} generated tok/s in the window, the client "
                         f"{mean:.1f} ({100 * (mean / server_rate - 1):+.1f}%, more than {100 * tolerance:g}%): "
                         "other clients on the server, or a client bottleneck")

@@ -100,6 +100,12 @@ class Worker(ResponseReader):
         self.first_send = None
         self.last_end = None
         self.ends = array("d")
+        # Per finished request, beside ``ends``: its tokens and verify steps (an engine whose token
+        # counter moves only at a request's finish is compared with the requests finished in the
+        # window; SGLang's accept length over the window is theirs).
+        self.end_tokens = array("d")
+        self.end_verify = array("d")
+        self.exact = 0  # measured requests whose per-chunk counts were the server's (usage or meta_info)
         self.ttft: list[float] = []
         self.e2e: list[float] = []
         self.tpot: list[float] = []
@@ -466,11 +472,15 @@ class Worker(ResponseReader):
         if self.last_end is None or end > self.last_end:
             self.last_end = end
         self.ends.append(end)
+        self.end_tokens.append(n)
+        self.end_verify.append(req.verify or 0)
         if n != req.expect:
             self.short += 1
         if not (req.measured or (not self.count_mode and self.ws is not None and self.ws <= req.t_send < self.we)):
             return
         self.out_tokens.append(n)
+        if req.ct:  # the server's own running count arrived with the chunks
+            self.exact += 1
         if req.prompt_tokens is not None:
             self.in_tokens.append(req.prompt_tokens)
         if req.verify:
@@ -512,7 +522,8 @@ class Worker(ResponseReader):
             "ws": self.ws, "we": self.we, "ok": self.ok, "failed": self.failed, "cut": self.cut, "kinds": self.kinds,
             "examples": self.examples,
             "bins": self.bins, "whole_tokens": self.whole_tokens, "first_send": self.first_send,
-            "last_end": self.last_end, "ends": self.ends, "ttft": self.ttft, "e2e": self.e2e,
+            "last_end": self.last_end, "ends": self.ends, "end_tokens": self.end_tokens,
+            "end_verify": self.end_verify, "exact": self.exact, "ttft": self.ttft, "e2e": self.e2e,
             "tpot": self.tpot, "decode": self.decode, "itl": self.itl, "out_tokens": self.out_tokens,
             "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
             "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 NAME = "vllm"
 INFO_PATH = "/version"  # GET: {"version": "0.32.0"}
+INFO_FALLBACK = None
 FLUSH_PATH = None  # the prefix cache is not emptied: the counters are read over the window instead
 METRIC_PREFIX = b"vllm:"
 RUNNING = b"vllm:num_requests_running"
 QUEUED = b"vllm:num_requests_waiting"
+# Grows every engine step by the tokens it generated (vllm/v1/metrics/loggers.py, from the
+# iteration stats): a per-step counter, compared with the client's tokens over the same window.
 GENERATED = b"vllm:generation_tokens_total"
+GENERATED_ON_FINISH = False
+SPEC_VERIFY = None
 SPEC_DRAFTS = b"vllm:spec_decode_num_drafts_total"  # present only when speculation is on
 SPEC_ACCEPTED = b"vllm:spec_decode_num_accepted_tokens_total"
 TOKENIZE_PATH = "/tokenize"  # POST {"model", "prompt"} or {"model", "messages"}: {"count": N}
@@ -37,6 +42,6 @@ def speculative_from_metrics(text: bytes) -> str | None:
     return "vllm spec_decode (see the launch command)" if SPEC_DRAFTS in text else None
 
 
-def accept_length(info) -> float | None:
+def accept_length(info) -> dict | None:
     del info  # read from the spec-decode counters over the window instead
     return None
