@@ -480,11 +480,24 @@ def test_over_window_gives_bounds_that_hold_and_accept_length_bounds():
 
     poller = MetricsPoller({"metrics_interval_s": 0.1}, 0.0)
     for sent, received, value in _scrapes([0.01, 0.2, 0.02] * 40):
-        # running, queued, generated, drafts (one per 4 tokens), accepted (3 of every 4 tokens)
-        poller.samples.append((sent, received, 1.0, 0.0, value, value / 4, value * 3 / 4))
+        # running, queued, generated, drafts (one per 4 tokens), accepted (3 of every 4), verify calls
+        poller.samples.append((sent, received, 1.0, 0.0, value, value / 4, value * 3 / 4, None))
     out = poller.over_window(1.0, 5.0)
     truth = _stepped_counter(5.0) - _stepped_counter(1.0)
     low, high = out["generated_tokens_bounds"]
     assert low <= truth <= high and low <= out["generated_tokens"] <= high
     a_low, a_high = out["accept_length_bounds"]
     assert a_low <= 4.0 <= a_high and a_low <= out["accept_length"] <= a_high
+
+
+def test_over_window_bounds_sglangs_finish_time_accept_length():
+    """SGLang counts generated tokens and verify calls as requests finish: accept length is
+    delta(generated) / delta(verify calls), with bounds from each counter's extremes."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import MetricsPoller
+
+    poller = MetricsPoller({"metrics_interval_s": 0.1}, 0.0)
+    for sent, received, value in _scrapes([0.01, 0.2, 0.02] * 40):
+        poller.samples.append((sent, received, 1.0, 0.0, value, None, None, value / 2.5))
+    out = poller.over_window(1.0, 5.0)
+    low, high = out["accept_length_bounds"]
+    assert low <= 2.5 <= high and low <= out["accept_length"] <= high

@@ -1,7 +1,8 @@
 """The post-launch check and the results' sources on a real vLLM (CPU build, tiny model), issue 18:
-the ngram mode drafts (its spec-decode counters rise over the check's completion), the record and
-the results file say so, and each level names where its accept length and token counts came from.
-One launch of bench.yml at C=1 with a short window (about a minute, most of it vLLM's start)."""
+a speculative mode drafts (its spec-decode counters rise over the check's completion), the plain
+mode does not, the record and the results file say so, and each level names where its accept
+length and token counts came from. Read from the session pool's runs (conftest.POOL): no launch
+of its own."""
 from __future__ import annotations
 
 import pytest
@@ -9,13 +10,8 @@ import pytest
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-@pytest.fixture(scope="module")
-def ngram(vllm_run):
-    return vllm_run("postlaunch-ngram", "bench.yml", {"mode": "ngram", "bench_api": "completions",
-                                                      "bench_concurrency": [1], "bench_window_s": 4})
-
-
-def test_ngram_passes_the_post_launch_check_and_it_is_on_record(ngram):
+def test_ngram_passes_the_post_launch_check_and_it_is_on_record(vllm_pool):
+    ngram = vllm_pool("bench")  # bench.yml, ngram: its node's record is this launch's
     assert ngram.run.rc == 0, ngram.run.stdout[-4000:]
     check = ngram.record["post_launch_check"]
     assert check["engine"] == "vllm" and check["ok"], check
@@ -25,8 +21,16 @@ def test_ngram_passes_the_post_launch_check_and_it_is_on_record(ngram):
     assert doc["server"]["post_launch_check"] == check
 
 
-def test_levels_name_their_accept_length_and_token_count_sources(ngram):
-    doc = ngram.run.mode_results("localhost", "ngram")
+@pytest.mark.parametrize("mode", ["baseline", "ngram", "draft"])
+def test_every_compared_mode_records_a_passing_check(vllm_pool, mode):
+    doc = vllm_pool("compare").run.mode_results("localhost", mode)
+    check = doc["server"]["post_launch_check"]
+    assert check["engine"] == "vllm" and check["ok"], check
+
+
+@pytest.mark.parametrize("name", ["bench", "compare"])
+def test_levels_name_their_accept_length_and_token_count_sources(vllm_pool, name):
+    doc = vllm_pool(name).run.mode_results("localhost", "ngram")
     for level in doc["levels"]:
         assert level["accept_length_source"].startswith("/metrics spec_decode counters"), level
         assert level["token_count_source"].startswith("usage in every chunk"), level
