@@ -147,6 +147,12 @@ def user_name(uid: int | None) -> str:
         return str(uid)
 
 
+def boot_id() -> str | None:
+    """This boot's id (/proc/sys/kernel/random/boot_id): a record made under another is void."""
+    raw = _read(f"{PROC}/sys/kernel/random/boot_id")
+    return raw.decode("ascii", "replace").strip() or None if raw else None
+
+
 def pid_namespace(pid) -> str | None:
     """The PID namespace of pid ('pid:[4026531836]'), or None when it cannot be read."""
     try:
