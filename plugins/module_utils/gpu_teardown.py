@@ -71,8 +71,8 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
     def __init__(self, backend, device_glob, *, idle_mib=64, never_kill=None, kill_patterns=None,
                  server_pgid=None, server_state_file=None, server_record=None, kill_scope="own",
                  kill_other_users=False, devices=None, term_timeout_s=15.0, kill_timeout_s=10.0,
-                 clean_timeout_s=60.0, poll_interval_s=0.05, check_mode=False, clock=time.monotonic,
-                 sleep=time.sleep):
+                 clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.25, check_mode=False,
+                 clock=time.monotonic, sleep=time.sleep):
         self.warnings: list[str] = []
         self.backend = backend
         self.device_glob = device_glob
@@ -88,6 +88,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         self.kill_timeout = check_number("gpu_kill_timeout_s", kill_timeout_s, 0)
         self.clean_timeout = check_number("gpu_clean_timeout_s", clean_timeout_s, 0)
         self.poll_interval = check_number("gpu_poll_interval_s", poll_interval_s, 0)
+        self.settle = check_number("gpu_settle_s", settle_s, 0, strict=False)
         if self.poll_interval > self.clean_timeout:
             raise TeardownInputError(
                 f"gpu_poll_interval_s {poll_interval_s} is longer than gpu_clean_timeout_s {clean_timeout_s}: "
@@ -97,6 +98,17 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
                                                           self.warnings)
         self.pgid = self.server["pgid"]
         self.pgid_source = self.server_source
+        self.state_file = server_state_file
+        self.record_void: str | None = None  # why the record names nothing of this boot ("" once checked)
+        self.record_stale = False  # the recorded pid belongs to another process now
+        self.tree_known: dict[int, int] = {}  # verified members seen: pid -> start time
+        self.tree_ids: set[tuple[str, int]] = set()  # ("pgid" | "sid", id) of the recorded tree
+        self.tree_unverified: set[int] = set()
+        self.tree_warned = False
+        self.stuck: set[int] = set()  # outlived SIGKILL in state D
+        self.gave_up_at: float | None = None
+        self.kills_done: float = 0.0
+        self.mapping_warned = False
         self.check_mode = check_mode
         self.clock = clock
         self.sleep = sleep
@@ -133,10 +145,25 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
     def _select(self, table, gpus) -> list:
         """Steps 2 and 3: (b) and (c) for scope own; the pattern matches for scope node."""
         if self.scope == "node":
-            return self.pattern_matches(table)
+            return self.pattern_matches(table, gpus)
         memory, unattributed = self.memory_holders(table, gpus)
         return memory + [i for i in self.engine_holders(table, gpus, unattributed) if i.pid not in
                          {m.pid for m in memory}]
+
+    def rewalk(self, table, gpus) -> list[int]:
+        """What would be signalled now and has not been: the recorded tree, then (scope own) the
+        memory holders, (scope node) the pattern matches and the device holders."""
+        found = [(self.launched_tree(table), "launched")]
+        if self.scope == "node":
+            found += [(self.pattern_matches(table, gpus), "pattern"), (self.device_holders(table, gpus), "holder")]
+        else:
+            found += [(self._select(table, gpus), "memory")]
+        fresh = []
+        for infos, step in found:
+            for pid in self._add(infos, step):
+                if pid not in fresh and not self.targets[pid]["signals"] and self._alive(pid):
+                    fresh.append(pid)
+        return fresh
 
     def run(self) -> dict:
         started = self.clock()
@@ -155,31 +182,22 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         if tree:
             self._wait([i.pid for i in tree], self.term_timeout)
 
-        # 2. its survivors, and the memory holders (scope node: the patterns): TERM, wait, KILL
+        # 2. its survivors, what it left behind, and the memory holders (scope node: the patterns):
+        # TERM, wait, KILL, wait
         table = self._refresh()
         gpus = backend.read_gpus()
         step2 = [p for p in self.targets if self._alive(p)]
-        found = self._select(table, gpus)
         step = "pattern" if self.scope == "node" else "memory"
-        for pid in self._add(found, step):
-            if pid not in step2:
-                step2.append(pid)
+        found = [(self.launched_tree(table), "launched")]
+        found += [(self.pattern_matches(table, gpus) if self.scope == "node" else self._select(table, gpus), step)]
+        for infos, step in found:
+            step2 += [p for p in self._add(infos, step) if p not in step2]
         if step2:
             self._escalate(step2)
+        kills_done = self.kills_done = self.clock()
 
-        # 3. a fresh look (scope node: every holder of the target GPUs' nodes, the fuser step)
-        table = self._refresh()
-        gpus = backend.read_gpus()
-        if self.scope == "node":
-            again, step = self.device_holders(table, gpus), "holder"
-        else:
-            again, step = self._select(table, gpus), "memory"
-        fresh = [p for p in self._add(again, step) if self._alive(p)]
-        if fresh:
-            self._escalate(fresh)
-        kills_done = self.clock()
-
-        # 4. poll every target GPU until clean
+        # 3. re-walk (scope node: with every holder of the target GPUs' nodes, the fuser step) and
+        # signal what is new, until every target GPU reads clean for the settle interval
         clean_at = self.wait_clean(kills_done + self.clean_timeout)
 
         table = proc_table.snapshot()
@@ -190,6 +208,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         result = self._result(before, after, started)
         result["time_to_clean_s"] = round(clean_at - kills_done, 4) if clean_at is not None else None
         result["clean"] = clean_at is not None and after["clean"]
+        result["recorded_server_retired"] = self.retire_record(table)
         if not result["clean"]:
             result["msg"] = self.failure(after, table)
             result["problems"] = self.problems
@@ -201,7 +220,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         plan = []
         steps = [("launched", self.launched_tree(table))]
         if self.scope == "node":
-            steps += [("pattern", self.pattern_matches(table)), ("holder", self.device_holders(table, gpus))]
+            steps += [("pattern", self.pattern_matches(table, gpus)), ("holder", self.device_holders(table, gpus))]
         else:
             steps += [("memory", self._select(table, gpus))]
         for step, infos in steps:
@@ -213,6 +232,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
             self.skipped.pop(item["pid"], None)
         result = self._result(before, before, started)
         result.update(
+            recorded_server_retired=False,
             would_kill=plan,
             clean=before["clean"] and not self.refused,
             time_to_clean_s=None,

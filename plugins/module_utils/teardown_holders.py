@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
 from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import CONTROLLER_PREFIXES, GPU_NODE
-from ansible_collections.specbench.core.plugins.module_utils.teardown_words import MONITOR, OTHER_USER_FIX
+from ansible_collections.specbench.core.plugins.module_utils.teardown_signals import run_as_fix
+from ansible_collections.specbench.core.plugins.module_utils.teardown_words import ELSEWHERE, MONITOR, OTHER_USER_FIX
 
 
 def is_controller(info: proc_table.ProcInfo) -> bool:
@@ -87,9 +88,12 @@ class FindHolders:
         self.protected = protected(table)
         return table
 
-    def _skip(self, info, step, reason):
+    def _skip(self, info, step, reason, kind=None):
+        """Left alone, and why; ``kind`` is the problem kind should it hold a target GPU's memory."""
         if info.pid not in self.targets and info.pid not in self.refused:
             self.skipped.setdefault(info.pid, {**info.as_dict(), "reason": reason, "step": step})
+            if kind:
+                self.skipped[info.pid].setdefault("kind", kind)
 
     def _exempt(self, info, step: str, candidate: bool = True) -> bool:
         """Off limits whatever the scope (records why); False when it may be considered.
@@ -97,38 +101,40 @@ class FindHolders:
         ``candidate``: the process would be signalled if not exempt (a refusal, not a mere
         note, when this user may not even look at it)."""
         reason = self.protected.get(info.pid)
+        kind = "protected" if reason else None
         if reason is None and info.pid in self.backend.hidden_pids():
-            reason = "not visible in this PID namespace"
+            reason, kind = "not visible in this PID namespace", "not_visible"
         if reason is None:
             ns = proc_table.pid_namespace(info.pid)
             if ns is not None and self.namespace is not None and ns != self.namespace:
                 reason = (f"in another PID namespace ({ns}: a container); tear it down inside that container "
                           "(pct exec <vmid>), never from outside")
+                kind = "outside_namespace"
             elif ns is None and not self.mine(info) and self._user_allowed(info):
                 if candidate:
                     self._refuse(info, "not_permitted",
                                  f"{info.user}'s process may not be inspected or signalled by "
                                  f"{proc_table.user_name(self.uid)} (its PID namespace cannot be read)",
-                                 f"run the teardown as root (become: true) or as {info.user}")
+                                 run_as_fix(info.user))
                     return True
-                reason = f"another user's process ({info.user}) this user may not inspect"
+                reason, kind = f"another user's process ({info.user}) this user may not inspect", "not_permitted"
         if reason is None:
             name = never_kill_match(info, self.never_kill)
             if name:
-                reason = f"on gpu_never_kill ({name})"
+                reason, kind = f"on gpu_never_kill ({name})", "never_kill"
         if reason is None and is_controller(info):
-            reason = "an Ansible program"
+            reason, kind = "an Ansible program", "protected"
         if reason is None:
             return False
-        self._skip(info, step, reason)
+        self._skip(info, step, reason, kind)
         return True
 
     def _user_allowed(self, info) -> bool:
         return self.scope == "node" or self.kill_other_users or self.mine(info)
 
     def _refuse(self, info, kind: str, reason: str, fix: str, gpus=None):
-        entry = self.refused.setdefault(info.pid, {**info.as_dict(), "kind": kind, "reason": reason, "fix": fix,
-                                                   "gpus": []})
+        entry = self.refused.setdefault(info.pid, {**info.as_dict(), "starttime": info.starttime, "kind": kind,
+                                                   "reason": reason, "fix": fix, "gpus": []})
         for index in gpus or []:
             if index not in entry["gpus"]:
                 entry["gpus"].append(index)
@@ -204,11 +210,46 @@ class FindHolders:
             chosen.append(info)
         return chosen
 
-    def pattern_matches(self, table) -> list:
-        """Scope node: every process matching the engine's patterns."""
+    # ---- which GPUs a process uses (gpu_devices holds in both scopes)
+
+    def _uses(self, pid, gpus, nodes, held) -> set[int]:
+        """The GPUs pid uses: where the driver lists its memory, else the GPUs whose node it holds."""
+        listed = {g["index"] for g in gpus for p in g["processes"] if p["pid"] == pid}
+        return listed or {i for i, n in nodes.items() if n and n in held.get(pid, ())}
+
+    def _elsewhere(self, pid, table, gpus, held) -> bool:
+        """It (or a child of it) uses GPUs, none of them a target: never signalled."""
+        if set(self.target_gpus) >= {g["index"] for g in gpus}:
+            return False
+        nodes = self._gpu_nodes(gpus)
+        used = set()
+        for member in {pid} | proc_table.descendants(pid, table):
+            used |= self._uses(member, gpus, nodes, held)
+        return bool(used) and not used & set(self.target_gpus)
+
+    def _mapping_unknown(self, gpus) -> bool:
+        """Some GPU's device node is unknown while only some GPUs are targets: nodes say nothing."""
+        subset = not set(self.target_gpus) >= {g["index"] for g in gpus}
+        unknown = [g["index"] for g in gpus if not g.get("node")]
+        if subset and unknown and not self.mapping_warned:
+            self.mapping_warned = True
+            self.warnings.append(
+                f"cannot map the device nodes to GPUs (GPU {', '.join(map(str, unknown))}: no "
+                "/proc/driver/nvidia/gpus entry, and the driver gives no minor number): with gpu_devices naming "
+                "some GPUs only, nothing is killed by its device nodes; processes are found by their memory and "
+                "the engine's patterns only.")
+        return subset and bool(unknown)
+
+    def pattern_matches(self, table, gpus) -> list:
+        """Scope node: every process matching the engine's patterns, unless it and its children use
+        only GPUs outside gpu_devices."""
+        held = proc_table.holders(proc_table.expand_nodes(self.device_glob), table)
         chosen = []
         for info in table.values():
             if defunct(info) or not self.matches(info):
+                continue
+            if self._elsewhere(info.pid, table, gpus, held):
+                self._skip(info, "pattern", ELSEWHERE)
                 continue
             if not self._exempt(info, "pattern"):
                 chosen.append(info)
@@ -216,31 +257,45 @@ class FindHolders:
 
     def device_holders(self, table, gpus) -> list:
         """Scope node: holders of a target GPU's node, and of the shared nodes (nvidiactl, nvidia-uvm,
-        ...) unless they hold only non-target GPUs' nodes."""
-        nodes = self._gpu_nodes(gpus)
-        target_nodes = {nodes[i] for i in self.target_gpus if nodes.get(i)}
-        other_nodes = {n for i, n in nodes.items() if n and i not in self.target_gpus}
+        ...), unless they (with their children) use only other GPUs: by the driver's memory list
+        where it has one, else by the nodes. With nodes that cannot be mapped to GPUs, none."""
+        held = proc_table.holders(proc_table.expand_nodes(self.device_glob), table)
+        unknown = self._mapping_unknown(gpus)
         chosen = []
-        for pid, held_nodes in sorted(proc_table.holders(proc_table.expand_nodes(self.device_glob), table).items()):
-            held = set(held_nodes)
-            if not held & target_nodes and held & other_nodes:
-                self._skip(table[pid], "holder", "holds only GPUs outside gpu_devices: left running")
+        for pid in sorted(held):
+            if unknown:
+                self._skip(table[pid], "holder", "not killed by its device nodes: they cannot be mapped to GPUs "
+                                                 "here (see the warning): left running")
+                continue
+            if self._elsewhere(pid, table, gpus, held):
+                self._skip(table[pid], "holder", ELSEWHERE)
                 continue
             if not self._exempt(table[pid], "holder"):
                 chosen.append(table[pid])
         return chosen
 
     def report_monitors(self, table, gpus):
-        """Holders of the nodes that nothing selected: left running, and said so."""
-        elsewhere = {p["pid"] for g in gpus if g["index"] not in self.target_gpus for p in g["processes"]}
-        for pid in sorted(proc_table.holders(proc_table.expand_nodes(self.device_glob), table)):
+        """Holders of the nodes that nothing selected: left running, and said so with what they hold."""
+        nodes = self._gpu_nodes(gpus)
+        unattributed = {i: g["memory_used_mib"] for i, g in ((g["index"], g) for g in gpus)
+                        if not g["processes"] and gpu_state.is_dirty(g, self.idle_mib)}
+        for pid, held in sorted(proc_table.holders(proc_table.expand_nodes(self.device_glob), table).items()):
             info = table[pid]
             if pid in self.targets or pid in self.refused or pid in self.skipped or defunct(info):
                 continue
             if self._exempt(info, "holder", candidate=False):
                 continue
-            if pid in elsewhere:
+            listed = {g["index"]: p.get("used_memory_mib") for g in gpus for p in g["processes"] if p["pid"] == pid}
+            maybe = sorted(i for i in unattributed if nodes.get(i) in held)
+            if listed and not set(listed) & set(self.target_gpus):
                 self._skip(info, "holder", "holds memory only on GPUs outside gpu_devices: left running")
+            elif listed:
+                mib = ", ".join(f"{m} MiB on GPU {i}" for i, m in sorted(listed.items()))
+                self._skip(info, "holder", f"holds {mib}: left running")
+            elif maybe:
+                self._skip(info, "holder", "holds the node of GPU " + ", ".join(
+                    f"{i}, whose {unattributed[i]} MiB the driver attributes to no process (it may hold them)"
+                    for i in maybe) + ": left running")
             else:
                 self._skip(info, "holder", MONITOR)
 

@@ -9,6 +9,11 @@ from ansible_collections.specbench.core.plugins.module_utils import proc_table
 from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import SIGNAL_NAMES
 
 
+def run_as_fix(user: str) -> str:
+    """The fix for a signal the kernel refused: run as root, or as the process's owner."""
+    return "run the teardown as root (become: true)" + ("" if user == "root" else f" or as {user}")
+
+
 class Signalling:
     """The signal rounds of gpu_teardown.Teardown; a refusal by the kernel is a result."""
 
@@ -41,7 +46,7 @@ class Signalling:
                     self._refuse(info, "not_permitted",
                                  f"the kernel refused {name} to this process of {info.user} (the teardown runs as "
                                  f"{proc_table.user_name(self.uid)})",
-                                 f"run the teardown as root (become: true) or as {info.user}")
+                                 run_as_fix(info.user))
                     self.log.append(f"{name} pid {pid} ({t['step']}): not permitted")
                     continue
             t["signals"].append(name)
@@ -57,11 +62,22 @@ class Signalling:
             self.sleep(self.poll_interval)
 
     def _escalate(self, pids):
-        """TERM those not yet asked, wait; KILL every survivor, wait."""
+        """TERM those not yet asked, wait; KILL the survivors not yet killed, wait. Each process is
+        waited for once per signal: one that outlives its SIGKILL wait in state D is stuck in the
+        driver (no signal reaches it) and never waited for again."""
         fresh = [p for p in pids if not self.targets[p]["signals"]]
         self._signal(fresh, signal.SIGTERM)
         if fresh:
             self._wait(fresh, self.term_timeout)
-        survivors = [p for p in pids if self._alive(p)]
-        self._signal([p for p in survivors if "SIGKILL" not in self.targets[p]["signals"]], signal.SIGKILL)
-        return self._wait(survivors, self.kill_timeout) if survivors else []
+        survivors = [p for p in pids if self._alive(p) and "SIGKILL" not in self.targets[p]["signals"]]
+        self._signal(survivors, signal.SIGKILL)
+        left = self._wait(survivors, self.kill_timeout) if survivors else []
+        for pid in left:
+            info = proc_table.read_proc(pid)
+            if self.backend.state_of(pid) == "D" or (info is not None and info.state == "D"):
+                self.stuck.add(pid)
+        return left
+
+    def dying(self) -> list[int]:
+        """Signalled processes still alive that may yet exit (not stuck in the driver)."""
+        return [p for p in self.targets if p not in self.stuck and self.targets[p]["signals"] and self._alive(p)]

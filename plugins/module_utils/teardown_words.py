@@ -24,7 +24,14 @@ OTHER_USER_FIX = (
     "stop it as its owner, or set gpu_kill_other_users: true to let the teardown kill it (the "
     "teardown must then run as root, become: true)"
 )
+DISPLAY_ADVICE = (
+    "a display server (a graphics process: Xorg, a Wayland compositor) holds memory on this GPU; "
+    "the teardown never kills it (gpu_never_kill). Fix: stop the display manager (systemctl stop "
+    "gdm, lightdm or sddm; or systemctl isolate multi-user.target), drive the display from another "
+    "GPU, or leave this GPU out of gpu_devices"
+)
 MONITOR = "holding a device node, no memory: left running"
+ELSEWHERE = "uses only GPUs outside gpu_devices (itself or its children): left running"
 
 
 class ResultWords:
@@ -96,14 +103,19 @@ class ResultWords:
         extra = f"; {why}" if why else ""
         return f"pid {pid} (user {info.user}) {text}{extra}: {info.command[:300]}"
 
-    def _kind(self, pid, table) -> str:
+    def _kind(self, pid, table, graphics=False) -> str:
+        """The problem kind of a process left holding memory (docs/CONTRACTS.md)."""
         info = table.get(pid)
         if info is None:
             return "not_visible"
         if pid in self.refused:
             return self.refused[pid]["kind"]
+        if graphics:
+            return "display_server"
         state = self.backend.state_of(pid) or info.state
-        return {"D": "d_state", "Z": "zombie"}.get(state, "alive")
+        if state in ("D", "Z"):
+            return {"D": "d_state", "Z": "zombie"}[state]
+        return self.skipped.get(pid, {}).get("kind") or "alive"
 
     def _problem(self, kind, text, **fields) -> None:
         self.problems.append({"kind": kind, **fields, "message": text})
@@ -111,9 +123,14 @@ class ResultWords:
     def failure(self, after, table) -> str:
         """The failure text; each fact in it is also in self.problems, one structured entry each."""
         self.problems = []
+        if self.gave_up_at is not None:
+            when = (f"gave up after {self.gave_up_at - self.kills_done:.1f}s of the {self.clean_timeout:g}s allowed: "
+                    "only processes no signal from here removes hold their memory")
+        else:
+            when = f"not clean after {self.clean_timeout:g}s"
         lines = [
-            f"Target GPUs not clean after {self.clean_timeout:g}s (threshold {self.idle_mib} MiB, backend "
-            f"{self.backend.name}, scope {self.scope}); do not benchmark on them."
+            f"Target GPUs {when} (threshold {self.idle_mib} MiB, backend {self.backend.name}, scope "
+            f"{self.scope}); do not benchmark on them."
         ]
         if self.refused:
             lines.append("Refused:")
@@ -128,12 +145,17 @@ class ResultWords:
             used = gpu["memory_used_mib"]
             visible = [p for p in gpu["processes"] if p["pid"] in table and p["pid"] not in hidden]
             count = len(gpu["processes"])
-            lines.append(f"GPU {index} ({gpu['uuid']}): {used} MiB used, {count} compute process(es).")
+            shown = sum(p.get("type") == "graphics" for p in gpu["processes"])
+            kinds = f"{count - shown} compute process(es)" + (f", {shown} graphics" if shown else "")
+            lines.append(f"GPU {index} ({gpu['uuid']}): {used} MiB used, {kinds}.")
             for proc in gpu["processes"]:
                 why = (self.refused.get(proc["pid"]) or self.skipped.get(proc["pid"]) or {}).get("reason", "")
+                graphics = proc.get("type") == "graphics"
+                if graphics:
+                    why = f"{DISPLAY_ADVICE}" + (f" ({why})" if why else "")
                 text = self.describe(proc["pid"], table, why)
                 lines.append(f"  {text}")
-                self._problem(self._kind(proc["pid"], table), text, gpu=index, pid=proc["pid"],
+                self._problem(self._kind(proc["pid"], table, graphics), text, gpu=index, pid=proc["pid"],
                               mib=proc.get("used_memory_mib"))
             attributed = sum(p["used_memory_mib"] or 0 for p in visible)
             node_holders = [pid for pid, h in holders.items() if nodes.get(index) in h["nodes"]]

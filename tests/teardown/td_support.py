@@ -234,8 +234,8 @@ class Lab:
         return {int(tok) for tok in out.split()}
 
     def write_server_record(self, pid: int, pgid: int, with_starttime: bool = True) -> Path:
-        """The launch role's record (state/server.json): pid, pgid, starttime."""
-        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"]}
+        """The launch role's record (state/server.json): pid, pgid, starttime, boot_id."""
+        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"], "boot_id": proc_table.boot_id()}
         if with_starttime:
             record["starttime"] = proc_table.starttime(pid)
         path = self.node_dir / "state" / "server.json"

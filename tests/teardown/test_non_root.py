@@ -84,7 +84,8 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     assert res["failed"] is True
     kinds = {r["pid"]: r["kind"] for r in res["refused"]}
     assert kinds[worker] == "not_permitted"
-    assert "run the teardown as root (become: true)" in res["msg"]
+    assert "run the teardown as root (become: true)" in res["msg"] and "or as root" not in res["msg"]
+    assert all(r["starttime"] == proc_table.starttime(r["pid"]) for r in res["refused"])  # issue 19, item 8
     assert proc_table.alive(worker) and proc_table.alive(server.pid)
 
     # and scope node, which reaches every user's matching process

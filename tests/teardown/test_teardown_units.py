@@ -204,7 +204,7 @@ def test_recorded_server_prefers_the_fact_and_reads_the_state_file(tmp_path):
     state = tmp_path / "server.json"
     state.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
     server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
-    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99} and source == str(state)
+    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None} and source == str(state)
     server, source = gpu_teardown.recorded_server({"pid": 7, "pgid": 7, "starttime": 1, "port": 30000}, None,
                                                   str(state), warnings)
     assert server["pid"] == 7 and source == "specbench_server"
