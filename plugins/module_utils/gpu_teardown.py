@@ -48,7 +48,12 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown_holders im
     never_kill_match,
     protected,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_record import RecordedTree, recorded_pgid, recorded_server  # noqa: F401
+from ansible_collections.specbench.core.plugins.module_utils.teardown_record import (  # noqa: F401
+    RecordedTree,
+    recorded_pgid,
+    recorded_server,
+    void_reason,
+)
 from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import (  # noqa: F401 (the module's API)
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
@@ -71,7 +76,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
     def __init__(self, backend, device_glob, *, idle_mib=64, never_kill=None, kill_patterns=None,
                  server_pgid=None, server_state_file=None, server_record=None, kill_scope="own",
                  kill_other_users=False, devices=None, term_timeout_s=15.0, kill_timeout_s=10.0,
-                 clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.25, check_mode=False,
+                 clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.1, check_mode=False,
                  clock=time.monotonic, sleep=time.sleep):
         self.warnings: list[str] = []
         self.backend = backend

@@ -30,7 +30,7 @@ class ProveClean:
     def wait_clean(self, deadline: float, rewalk: bool = True) -> float | None:
         """Poll until every target GPU reads clean with nothing of ours left, for gpu_settle_s on
         end; the clock at the first read of that clean stretch, or None (deadline, or blocked)."""
-        clean_since = None
+        clean_since, clean_polls = None, 0
         while True:
             table = self._refresh() if rewalk else proc_table.snapshot()
             gpus = self.backend.read_gpus()
@@ -39,15 +39,18 @@ class ProveClean:
             fresh = self.rewalk(table, gpus) if rewalk else []
             if fresh:
                 self._escalate(fresh)
-                clean_since = None
+                clean_since, clean_polls = None, 0
                 continue
             dirty = any(gpu_state.is_dirty(g, self.idle_mib) for g in gpus if g["index"] in self.target_gpus)
             now = self.clock()
             if dirty or self.dying():
-                clean_since = None
+                clean_since, clean_polls = None, 0
             else:
                 clean_since = now if clean_since is None else clean_since
-                if now - clean_since >= self.settle:
+                clean_polls += 1
+                # two clean re-walks at least: a child forked by a process of the tree just after
+                # one snapshot (its parent then seen gone) shows in the next
+                if now - clean_since >= self.settle and (clean_polls >= 2 or not rewalk):
                     return clean_since
             if clean_since is None and now >= deadline:
                 return None

@@ -7,7 +7,7 @@ A member is verified before any signal: the recorded leader itself (pid and star
 descendant of a verified member (same snapshot), or a member of the recorded group or session
 that started after the server and, unless the leader still lives (a live group's id cannot be
 reused), is the engine by its patterns. A record from an earlier boot (another boot id, or a
-start time after this process's own) names nothing here. Once no member is left the state file
+start time later than the time since this boot) names nothing here. Once no member is left the state file
 is retired: rewritten with ``torn_down`` (when, why), so a later run (or boot) reads that it names
 nothing, and the launch's record stays on disk for whoever inspects the run.
 """
@@ -92,9 +92,13 @@ def void_reason(server: dict) -> str | None:
     now = proc_table.boot_id()
     if server.get("boot_id") and now and server["boot_id"] != now:
         return f"recorded on an earlier boot (boot id {server['boot_id']}, now {now})"
-    mine = proc_table.starttime(int(os.readlink(f"{proc_table.PROC}/self")))
-    if server.get("starttime") is not None and mine is not None and server["starttime"] > mine:
-        return "its start time is later than this teardown's own: recorded on an earlier boot"
+    start = server.get("starttime")
+    if start is not None and hasattr(time, "CLOCK_BOOTTIME"):
+        # starttime counts clock ticks since boot; CLOCK_BOOTTIME is the kernel's own (a syscall,
+        # which LXCFS does not rewrite as it does /proc/uptime)
+        up = time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
+        if start > up:
+            return f"its start time ({start} ticks after boot) is later than now ({int(up)}): an earlier boot's"
     return None
 
 

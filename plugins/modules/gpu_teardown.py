@@ -145,9 +145,10 @@ options:
     description:
       - Seconds a clean reading must hold before it counts. Each poll re-walks the recorded tree (a
         server that respawns on SIGTERM leaves a child in its session) and what would be signalled,
-        and signals what is new; 0 reports the first clean poll.
+        and signals what is new. Clean is reported after two clean polls at least (a child forked
+        by a process of the tree just after one snapshot shows in the next) and this long.
     type: float
-    default: 0.25
+    default: 0.1
 extends_documentation_fragment: [specbench.core.attributes]
 attributes:
   check_mode:
@@ -337,7 +338,7 @@ def main():
             "kill_timeout_s": {"type": "float", "default": 10},
             "clean_timeout_s": {"type": "float", "default": 60},
             "poll_interval_s": {"type": "float", "default": 0.05},
-            "settle_s": {"type": "float", "default": 0.25},
+            "settle_s": {"type": "float", "default": 0.1},
         },
         supports_check_mode=True,
     )
