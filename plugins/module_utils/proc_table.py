@@ -148,9 +148,8 @@ def user_name(uid: int | None) -> str:
 
 
 def boot_id() -> str | None:
-    """This boot's id (/proc/sys/kernel/random/boot_id): a record made under another is void."""
-    raw = _read(f"{PROC}/sys/kernel/random/boot_id")
-    return raw.decode("ascii", "replace").strip() or None if raw else None
+    """This boot's id: a record made under another boot is void."""
+    return (_read(f"{PROC}/sys/kernel/random/boot_id") or b"").decode("ascii", "replace").strip() or None
 
 
 def pid_namespace(pid) -> str | None:
@@ -304,9 +303,6 @@ def is_char_device(path: str) -> bool:
         return stat_mod.S_ISCHR(os.stat(path).st_mode)
     except OSError:
         return False
-
-
-SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
 
 SENT, GONE, NOT_PERMITTED = "sent", "gone", "not permitted"
