@@ -65,7 +65,7 @@ class ResultWords:
             "recorded_pgid_source": self.pgid_source,
             "recorded_server": self.server,
             "log": self.log,
-            "warnings": self.warnings,
+            "warnings": list(dict.fromkeys(self.warnings)),  # each once, though each poll re-walks
             "elapsed_s": round(self.clock() - started, 4),
         }
 

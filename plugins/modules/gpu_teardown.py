@@ -43,7 +43,7 @@ description:
     memory holders, signals the kernel did not permit; on a deadline it fails naming each GPU's
     memory and each survivor with pid, user, state and command line (state D needs a GPU reset
     or a reboot; memory that no visible process explains is held outside this PID namespace)."
-  - C(changed) only when it signalled something. In check mode it lists in C(would_kill) what
+  - C(changed) only when it signalled something or retired the server record. In check mode it lists in C(would_kill) what
     it would signal and signals nothing.
 author:
   - specbench contributors (!UNKNOWN)
@@ -377,7 +377,7 @@ def main():
             backend.close()
     for warning in result.pop("warnings"):
         module.warn(warning)
-    changed = bool(result["killed"] or result["would_kill"])
+    changed = bool(result["killed"] or result["would_kill"] or result.get("recorded_server_retired"))
     if not result["clean"] and not module.check_mode:
         module.fail_json(changed=changed, error="not_clean", **result)
     module.exit_json(changed=changed, **result)
