@@ -116,14 +116,15 @@ options:
   server_pgid:
     description:
       - The server's recorded process group alone, when I(server) is not given. Without a start
-        time its members are only signalled while one of them matches I(kill_patterns) or holds
-        a device node, so a stale record cannot hit a reused group.
+        time a member is only signalled while it matches I(kill_patterns) or holds a device node,
+        so a stale record cannot hit a reused group.
     type: int
   server_state_file:
     description:
-      - The launch role's JSON record (pid, pgid, sid, starttime, boot_id), read when neither I(server) nor
+      - "The launch role's JSON record (pid, pgid, sid, starttime, boot_id), read when neither I(server) nor
         I(server_pgid) is given. Retired once the tree it names is proven gone, or when it is void (another
-        boot's, or its pid now another process's): rewritten with C(torn_down), so a later run reads that it names nothing.
+        boot's, or its pid now another process's): rewritten with C(torn_down), so that a later run reads
+        that it names nothing."
     type: path
   term_timeout_s:
     description: Seconds to wait after SIGTERM before SIGKILL.
