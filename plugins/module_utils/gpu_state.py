@@ -435,8 +435,9 @@ class NvidiaSmiBackend(Backend):
             minor = minors.get(gpu["uuid"])
             gpu["node"] = None if minor is None else os.path.join(self.device_dir, f"nvidia{minor}")
         # memory no compute process explains (beyond an idle GPU's few MiB): ask for graphics processes
-        unexplained = [g for g in gpus if (g["memory_used_mib"] or 0) - sum(p["used_memory_mib"] or 0 for p in
-                                                                             g["processes"]) > IDLE_NOISE_MIB]
+        unexplained = [g for g in gpus
+                       if (g["memory_used_mib"] or 0) - sum(p["used_memory_mib"] or 0 for p in g["processes"])
+                       > IDLE_NOISE_MIB]
         if unexplained:
             graphics = self._graphics()
             for gpu in unexplained:

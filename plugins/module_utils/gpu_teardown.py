@@ -40,7 +40,7 @@ import time
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
 from ansible_collections.specbench.core.plugins.module_utils.teardown_clean import ProveClean
-from ansible_collections.specbench.core.plugins.module_utils.teardown_holders import (  # noqa: F401 (the module's API)
+from ansible_collections.specbench.core.plugins.module_utils.teardown_holders import (
     FindHolders,
     defunct,
     is_controller,
@@ -48,13 +48,13 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown_holders im
     never_kill_match,
     protected,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_record import (  # noqa: F401
+from ansible_collections.specbench.core.plugins.module_utils.teardown_record import (
     RecordedTree,
     recorded_pgid,
     recorded_server,
     void_reason,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import (  # noqa: F401 (the module's API)
+from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import (
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
     ENGINE_KILL_PATTERNS,
@@ -67,7 +67,14 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown_settings i
     compile_patterns,
 )
 from ansible_collections.specbench.core.plugins.module_utils.teardown_signals import Signalling
-from ansible_collections.specbench.core.plugins.module_utils.teardown_words import MONITOR, ResultWords  # noqa: F401
+from ansible_collections.specbench.core.plugins.module_utils.teardown_words import MONITOR, ResultWords
+
+# what callers use from here (the steps live in the teardown_*.py files)
+__all__ = [
+    "DEFAULT_KILL_PATTERNS", "DEFAULT_NEVER_KILL", "ENGINE_KILL_PATTERNS", "MONITOR", "SCOPES", "Pattern", "Teardown",
+    "TeardownInputError", "check_names", "check_number", "check_scope", "compile_patterns", "defunct",
+    "is_controller", "my_pid", "never_kill_match", "protected", "recorded_pgid", "recorded_server", "void_reason",
+]
 
 
 class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):

@@ -66,7 +66,6 @@ def never_kill_match(info: proc_table.ProcInfo, names: list[str]) -> str | None:
     return None
 
 
-
 class FindHolders:
     """Steps (b) and (c) of gpu_teardown.Teardown, and scope node's pattern and holder steps."""
 

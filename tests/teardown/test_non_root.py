@@ -21,7 +21,6 @@ from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 
 
-
 def runtime_path(lab: Lab) -> str:
     """PYTHONPATH for another user: the collection and Ansible, copied where it can read them."""
     return os.pathsep.join([str(lab.runtime / "collections"), str(lab.runtime / "site")])
