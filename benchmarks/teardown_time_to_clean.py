@@ -6,7 +6,9 @@ Prints, in one run:
    the teardown's poll loop (gpu_teardown.Teardown.wait_clean, default interval) reports
    every GPU clean at T1. Figures are T1 - T0 over many rounds. Target: under 0.5 s.
 2. A whole teardown of a server tree (server + one worker per GPU, all answering SIGTERM):
-   wall time and time_to_clean_s as the module reports them.
+   wall time and time_to_clean_s as the module reports them, with the default settle interval
+   (gpu_settle_s: clean must hold that long, re-walking the tree each poll) and with none, so
+   the settle interval's cost shows on its own.
 3. The seeds' way on the same tree: `fuser -k` on the nodes, `sleep 1`, one read of the GPUs
    (which the seeds did not even do for every GPU), and the ratio to (2).
 
@@ -37,6 +39,8 @@ sys.path.insert(0, os.path.join(ROOT, "files"))
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_state, gpu_teardown, proc_table  # noqa: E402
 from sglang_emulator import gpus  # noqa: E402
+
+SETTLE = "settle_s" in gpu_teardown.Teardown.__init__.__code__.co_varnames  # absent before issue 19
 
 HOLDER = r"""
 import os, signal, sys
@@ -117,17 +121,19 @@ def detection_latency(bench: Bench, rounds: int) -> list[float]:
 
         killer = threading.Thread(target=kill_last, args=(pids, t0))
         killer.start()
-        clean_at = td.wait_clean(time.monotonic() + 10)
+        # the poll loop alone: no re-walk (this script kills the holders); the first clean read of
+        # the clean stretch is what it returns, the settle interval after it is not counted here
+        clean_at = td.wait_clean(time.monotonic() + 10, rewalk=False)
         killer.join()
         assert clean_at is not None, "never clean"
         latencies.append(clean_at - t0["at"])
     return latencies
 
 
-def whole_teardown(bench: Bench) -> dict:
+def whole_teardown(bench: Bench, **kw) -> dict:
     record = bench.server_tree()
     start = time.monotonic()
-    result = bench.teardown(server_record=record).run()
+    result = bench.teardown(server_record=record, **kw).run()
     wall = time.monotonic() - start
     assert result["clean"], result["msg"]
     return {"wall_s": wall, "time_to_clean_s": result["time_to_clean_s"], "killed": len(result["killed"])}
@@ -141,6 +147,10 @@ def seeds_way(bench: Bench) -> dict:
     time.sleep(1)  # the seeds' fixed sleep
     used = [g["memory_used_mib"] for g in gpus.read_state(bench.dev)["gpus"]]
     return {"wall_s": time.monotonic() - start, "used": used}
+
+
+def bench_settle() -> float:
+    return gpu_teardown.Teardown.__init__.__kwdefaults__["settle_s"]
 
 
 def pct(values: list[float], q: float) -> float:
@@ -161,6 +171,7 @@ def main() -> int:
         interval = bench.teardown().poll_interval
         lat = detection_latency(bench, args.rounds)
         whole = [whole_teardown(bench) for _unused in range(5)]
+        unsettled = [whole_teardown(bench, settle_s=0) for _unused in range(5)] if SETTLE else []
         seeds = seeds_way(bench)
     finally:
         bench.close()
@@ -174,6 +185,12 @@ def main() -> int:
     print(f"  whole teardown of a server tree ({whole[0]['killed']} processes, SIGTERM honoured), 5 runs:")
     print(f"    wall median {statistics.median(walls) * 1000:7.1f} ms   max {max(walls) * 1000:7.1f} ms   "
           f"time_to_clean_s median {statistics.median(ttc) * 1000:6.2f} ms")
+    if unsettled:
+        bare = [w["wall_s"] for w in unsettled]
+        settle = bench_settle()
+        print(f"    with gpu_settle_s {settle} s (the default); with 0: wall median "
+              f"{statistics.median(bare) * 1000:7.1f} ms, so the settle interval costs "
+              f"{(statistics.median(walls) - statistics.median(bare)) * 1000:6.1f} ms")
     print("  the seeds' way (fuser -k; sleep 1; one read):")
     print(f"    wall {seeds['wall_s'] * 1000:7.1f} ms   used after {seeds['used']} MiB")
     print(f"  ratio seeds / teardown (wall, median): {seeds['wall_s'] / statistics.median(walls):.1f}x")

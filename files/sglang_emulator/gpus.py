@@ -6,10 +6,14 @@ Layout of the device folder (``--emulator-device-dir``)::
     emulated-gpus.json                              the GPUs: index, uuid, name, MiB totals
     emulated-procs/<pid>.json                       one record per process that allocated
 
-A record is ``{"pid", "starttime", "name", "memory_mib": {"<gpu index>": MiB}}``.
+A record is ``{"pid", "starttime", "name", "memory_mib": {"<gpu index>": MiB}}`` (and, written
+by tests, ``"graphics": true`` for a graphics process such as Xorg). The pid is the one /proc
+shows (/proc/self), as drivers 565+ translate pids into the reader's namespace.
 Like the driver, a reader counts a record only while that process is alive (same
-``starttime`` in /proc/<pid>/stat, not a zombie) and holds the GPU's node open (an fd in
-/proc/<pid>/fd resolving to it). Memory therefore vanishes when the last holder closes the
+``starttime`` in /proc/<pid>/stat, not a zombie: a defunct thread-group leader whose threads
+still run, state Z with more than one thread, is alive) and holds the GPU's node open (an fd in
+/proc/<pid>/fd, or for that defunct leader in its threads' /proc/<pid>/task/<tid>/fd, resolving
+to it). Memory therefore vanishes when the last holder closes the
 node or dies, whoever killed it, and a killed process leaves only a stale record.
 Readers: plugins/module_utils (gpu_state's emulated backend) and this module's
 ``read_state`` for the emulator's own tests.
@@ -84,34 +88,51 @@ def proc_starttime(pid: int) -> int | None:
 
 
 def proc_state(pid: int) -> str | None:
+    """The state letter of /proc/<pid>/stat; "Zl" (a defunct leader whose threads run) reads "L"."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
             stat = fh.read()
     except OSError:
         return None
-    return stat[stat.rindex(")") + 2]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return "L" if fields[0] == "Z" and int(fields[17]) > 1 else fields[0]
+
+
+def fd_dirs(pid: int) -> list[str]:
+    """Where pid's descriptors show: its own table, or its live threads' for a defunct leader."""
+    if proc_state(pid) != "L":
+        return [f"/proc/{pid}/fd"]
+    try:
+        tids = [t for t in os.listdir(f"/proc/{pid}/task") if t != str(pid)]
+    except OSError:
+        return []
+    return [f"/proc/{pid}/task/{tid}/fd" for tid in tids]
 
 
 def open_nodes(pid: int, device_dir: str) -> set[str]:
     """Names of the device folder's nodes that ``pid`` holds open."""
     real_dir = os.path.realpath(device_dir)
     held = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return held
-    for fd in fds:
+    for fd_dir in fd_dirs(pid):
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            fds = os.listdir(fd_dir)
         except OSError:
             continue
-        if os.path.dirname(target) == real_dir:
-            held.add(os.path.basename(target))
+        for fd in fds:
+            try:
+                target = os.readlink(f"{fd_dir}/{fd}")
+            except OSError:
+                continue
+            if os.path.dirname(target) == real_dir:
+                held.add(os.path.basename(target))
     return held
 
 
 def write_record(device_dir: str, name: str, memory_mib: dict[int, int]) -> str:
-    pid = os.getpid()
+    try:
+        pid = int(os.readlink("/proc/self"))  # the pid as /proc (and so the driver's reader) shows it
+    except (OSError, ValueError):
+        pid = os.getpid()
     record = {
         "pid": pid,
         "starttime": proc_starttime(pid),
@@ -149,5 +170,6 @@ def read_state(device_dir: str) -> dict:
             if gpu is None or gpu["node"] not in held:
                 continue
             gpu["memory_used_mib"] += int(mib)
-            gpu["processes"].append({"pid": pid, "name": rec.get("name", ""), "used_memory_mib": int(mib)})
+            gpu["processes"].append({"pid": pid, "name": rec.get("name", ""), "used_memory_mib": int(mib),
+                                     "type": "graphics" if rec.get("graphics") else "compute"})
     return {"driver_version": inventory.get("driver_version"), "gpus": [gpus[i] for i in sorted(gpus)]}

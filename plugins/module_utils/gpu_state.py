@@ -28,6 +28,7 @@ from ansible_collections.specbench.core.plugins.module_utils import proc_table
 
 BACKENDS = ("auto", "nvml", "nvidia-smi", "emulated")
 MIB = 1024 * 1024
+IDLE_NOISE_MIB = 8  # what an idle GPU may read with no process (H100/H200: 0-4 MiB)
 EMULATED_GPUS_FILE = "emulated-gpus.json"
 EMULATED_PROCS_DIR = "emulated-procs"
 
@@ -202,9 +203,10 @@ class NvmlBackend(Backend):
     def _processes(self, handle) -> list[dict]:
         nvml = self.nvml
         seen: dict[int, dict] = {}
-        for getter in (
-            "nvmlDeviceGetComputeRunningProcesses",
-            "nvmlDeviceGetMPSComputeRunningProcesses",
+        for getter, kind in (
+            ("nvmlDeviceGetComputeRunningProcesses", "compute"),
+            ("nvmlDeviceGetMPSComputeRunningProcesses", "compute"),
+            ("nvmlDeviceGetGraphicsRunningProcesses", "graphics"),
         ):
             fn = getattr(nvml, getter, None)
             if fn is None:
@@ -218,7 +220,7 @@ class NvmlBackend(Backend):
             for item in items:
                 used = getattr(item, "usedGpuMemory", None)
                 mib = None if used is None else int(used) // MIB
-                entry = seen.setdefault(int(item.pid), {"pid": int(item.pid), "used_memory_mib": mib})
+                entry = seen.setdefault(int(item.pid), {"pid": int(item.pid), "used_memory_mib": mib, "type": kind})
                 if mib is not None:
                     entry["used_memory_mib"] = max(entry["used_memory_mib"] or 0, mib)
         return sorted(seen.values(), key=lambda p: p["pid"])
@@ -285,14 +287,40 @@ def minors_by_uuid(root: str = "/proc/driver/nvidia/gpus") -> dict[str, int]:
     return found
 
 
+def parse_query(text: str) -> list[dict]:
+    """``nvidia-smi -q`` (or ``-q -d PIDS``): per GPU its bus id, top-level fields (GPU UUID,
+    Minor Number) and processes (pid, type compute or graphics, used_memory_mib)."""
+    blocks: list[dict] = []
+    proc = None
+    for line in text.splitlines():
+        if line.startswith("GPU ") and ":" in line and not line.startswith("GPU UUID"):
+            blocks.append({"bus_id": line[4:].strip(), "processes": []})
+            proc = None
+            continue
+        if not blocks or ":" not in line:
+            continue
+        key, value = (part.strip() for part in line.split(":", 1))
+        depth = len(line) - len(line.lstrip())
+        if key == "Process ID" and value.isdigit():
+            proc = {"pid": int(value), "used_memory_mib": None, "type": "compute"}
+            blocks[-1]["processes"].append(proc)
+        elif proc is not None and key == "Type":
+            proc["type"] = "graphics" if value.startswith("G") else "compute"  # C, G, C+G, M (MPS)
+        elif proc is not None and key == "Used GPU Memory":
+            proc["used_memory_mib"] = _mib(value.split()[0]) if value else None
+        elif depth == 4:
+            blocks[-1].setdefault(key, value)
+    return blocks
+
+
 class NvidiaSmiBackend(Backend):
     """nvidia-smi's CSV queries (the same ones SGLang's killall uses)."""
 
     name = "nvidia-smi"
-    GPU_FIELDS = "index,uuid,name,memory.used,memory.total,memory.reserved,driver_version"
+    GPU_FIELDS = "index,uuid,name,memory.used,memory.total,memory.reserved,driver_version,pci.bus_id"
     APP_FIELDS = "pid,used_memory,gpu_uuid,process_name"
 
-    def __init__(self, binary: str = "nvidia-smi", run=subprocess.run):
+    def __init__(self, binary: str = "nvidia-smi", run=subprocess.run, device_dir: str = "/dev"):
         path = binary if os.sep in binary else shutil.which(binary)
         if not path or not os.access(path, os.X_OK):
             raise GpuStateError(
@@ -302,8 +330,38 @@ class NvidiaSmiBackend(Backend):
             )
         self.binary = path
         self.run = run
+        self.device_dir = device_dir
+        self.minors: dict[str, int] | None = None
         self.gpu_fields = self.GPU_FIELDS
         self.read_gpus()  # fail now, with the precise reason, if it cannot answer
+
+    def _run(self, args: list[str]) -> str:
+        try:
+            proc = self.run([self.binary, *args], capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise GpuStateError("nvidia_smi_failed", f"{self.binary} could not run: {exc}") from exc
+        if proc.returncode != 0:
+            raise self.translate(proc.returncode, (proc.stdout or "") + (proc.stderr or ""))
+        return proc.stdout or ""
+
+    def _minors(self, uuids: list[str]) -> dict[str, int]:
+        """{UUID: minor}: the driver's /proc entries, else ``nvidia-smi -q`` (Minor Number), read once."""
+        if self.minors is None or not set(uuids) <= set(self.minors):
+            found = minors_by_uuid()
+            if not set(uuids) <= set(found):
+                for block in parse_query(self._run(["-q"])):
+                    minor = block.get("Minor Number", "")
+                    if block.get("GPU UUID") and minor.isdigit():
+                        found.setdefault(block["GPU UUID"], int(minor))
+            self.minors = found
+        return self.minors
+
+    def _graphics(self) -> dict[str, list[dict]]:
+        """{bus id: graphics processes}, from ``nvidia-smi -q -d PIDS`` (no CSV query lists them)."""
+        found: dict[str, list[dict]] = {}
+        for block in parse_query(self._run(["-q", "-d", "PIDS"])):
+            found[block["bus_id"].upper()] = [p for p in block["processes"] if p["type"] == "graphics"]
+        return found
 
     def _query(self, what: str, fields: str) -> list[list[str]]:
         try:
@@ -350,30 +408,41 @@ class NvidiaSmiBackend(Backend):
             self.gpu_fields = self.GPU_FIELDS.replace(",memory.reserved", "")
             rows = self._query("gpu", self.gpu_fields)
         has_reserved = "memory.reserved" in self.gpu_fields
-        minors = minors_by_uuid()
         if not rows:
             raise GpuStateError("no_gpu", no_gpu_message(f"{self.binary} lists no GPU"))
         apps: dict[str, list[dict]] = {}
         for row in self._query("compute-apps", self.APP_FIELDS):
             if len(row) < 3 or not row[0].isdigit():
                 continue
-            apps.setdefault(row[2], []).append({"pid": int(row[0]), "used_memory_mib": _mib(row[1])})
-        gpus = []
+            apps.setdefault(row[2], []).append({"pid": int(row[0]), "used_memory_mib": _mib(row[1]), "type": "compute"})
+        gpus, buses = [], {}
         for row in rows:
             if has_reserved:
-                index, uuid, name, used, total, reserved, driver = (row + [""] * 7)[:7]
+                index, uuid, name, used, total, reserved, driver, bus = (row + [""] * 8)[:8]
             else:
-                index, uuid, name, used, total, driver = (row + [""] * 6)[:6]
+                index, uuid, name, used, total, driver, bus = (row + [""] * 7)[:7]
                 reserved = "0"
             self.driver_version = driver or self.driver_version
-            minor = minors.get(uuid)
+            buses[int(index)] = bus.upper()
             gpus.append(
                 gpu_record(
                     index, uuid, name, used=_mib(used), total=_mib(total), reserved=_mib(reserved) or 0,
-                    processes=sorted(apps.get(uuid, []), key=lambda p: p["pid"]),
-                    node=None if minor is None else f"/dev/nvidia{minor}",
+                    processes=sorted(apps.get(uuid, []), key=lambda p: p["pid"]), node=None,
                 )
             )
+        minors = self._minors([g["uuid"] for g in gpus])
+        for gpu in gpus:
+            minor = minors.get(gpu["uuid"])
+            gpu["node"] = None if minor is None else os.path.join(self.device_dir, f"nvidia{minor}")
+        # memory no compute process explains (beyond an idle GPU's few MiB): ask for graphics processes
+        unexplained = [g for g in gpus
+                       if (g["memory_used_mib"] or 0) - sum(p["used_memory_mib"] or 0 for p in g["processes"])
+                       > IDLE_NOISE_MIB]
+        if unexplained:
+            graphics = self._graphics()
+            for gpu in unexplained:
+                gpu["processes"] = sorted(gpu["processes"] + graphics.get(buses[gpu["index"]], []),
+                                          key=lambda p: p["pid"])
         return gpus
 
 
@@ -446,10 +515,10 @@ class EmulatedBackend(Backend):
             if not isinstance(pid, int):
                 continue
             info = proc_table.read_proc(pid)
-            if info is None or info.starttime != rec.get("starttime") or info.state in ("Z", "X"):
-                continue
+            if info is None or info.starttime != rec.get("starttime") or not proc_table.alive(pid, info.starttime):
+                continue  # a defunct leader whose threads run ("Zl") is alive, as real NVML lists it
             if proc_table.fds_readable(pid):
-                held = proc_table.open_nodes(pid, set(nodes.values()))
+                held = proc_table.open_nodes(pid, set(nodes.values()), info.state, info.threads)
             else:
                 # another user's process read by a non-root user: the driver sees its memory
                 # whatever this reader may look at, so the record counts as it stands
@@ -462,7 +531,8 @@ class EmulatedBackend(Backend):
                 gpu["memory_used_mib"] += int(mib)
                 counted = True
                 if not rec.get("outside_namespace") and not rec.get("unlisted"):
-                    gpu["processes"].append({"pid": pid, "used_memory_mib": int(mib)})
+                    gpu["processes"].append({"pid": pid, "used_memory_mib": int(mib),
+                                             "type": "graphics" if rec.get("graphics") else "compute"})
             if rec.get("outside_namespace"):
                 hidden.add(pid)
             if counted and rec.get("emulated_state") == "D":
@@ -499,8 +569,9 @@ def open_backend(backend: str, device_glob: str, nvidia_smi: str = "nvidia-smi",
         raise GpuStateError("bad_input", f"gpu_backend {backend!r} is not one of {', '.join(BACKENDS)}.")
     if backend == "emulated":
         return EmulatedBackend(emulated_device_dir(device_glob))
+    device_dir = os.path.dirname(device_glob) or "/dev"
     if backend == "nvidia-smi":
-        return NvidiaSmiBackend(nvidia_smi, run)
+        return NvidiaSmiBackend(nvidia_smi, run, device_dir)
     if backend == "nvml":
         return NvmlBackend(nvml)
     try:
@@ -509,7 +580,7 @@ def open_backend(backend: str, device_glob: str, nvidia_smi: str = "nvidia-smi",
         if exc.kind != "no_library":
             raise
         try:
-            return NvidiaSmiBackend(nvidia_smi, run)
+            return NvidiaSmiBackend(nvidia_smi, run, device_dir)
         except GpuStateError as smi_exc:
             if smi_exc.kind == "no_library":
                 raise GpuStateError(

@@ -147,6 +147,11 @@ def user_name(uid: int | None) -> str:
         return str(uid)
 
 
+def boot_id() -> str | None:
+    """This boot's id: a record made under another boot is void."""
+    return (_read(f"{PROC}/sys/kernel/random/boot_id") or b"").decode("ascii", "replace").strip() or None
+
+
 def pid_namespace(pid) -> str | None:
     """The PID namespace of pid ('pid:[4026531836]'), or None when it cannot be read."""
     try:
@@ -298,9 +303,6 @@ def is_char_device(path: str) -> bool:
         return stat_mod.S_ISCHR(os.stat(path).st_mode)
     except OSError:
         return False
-
-
-SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
 
 
 SENT, GONE, NOT_PERMITTED = "sent", "gone", "not permitted"

@@ -21,12 +21,19 @@ description:
     that allows it. Holders of the device nodes without memory (nvtop, nvidia-smi, exporters,
     the MPS control daemon) are reported in C(left_alone) as left running."
   - "I(kill_scope=node) is the seeds' behaviour for dedicated nodes: every process matching
-    I(kill_patterns) and every holder of a target GPU's nodes (and of the shared nodes, unless it
-    holds only other GPUs), whoever owns it, except I(never_kill)."
+    I(kill_patterns) and every holder of a target GPU's nodes (and of the shared nodes), whoever
+    owns it, except I(never_kill) and except a process that, with its children, uses only GPUs
+    outside I(devices): by the driver's memory list where it has one (CUDA opens every visible
+    GPU's node), else by the nodes held. Where the nodes cannot be mapped to GPUs (no minor
+    number from the driver) and I(devices) names some GPUs only, nothing is killed by node."
   - "Order: the launched tree (SIGTERM, wait); its survivors and the processes found above
-    (SIGTERM, wait, SIGKILL, wait); a fresh look the same way; then polling the target GPUs
-    every I(poll_interval_s) until each is at or under I(idle_mib) and lists no compute
-    process. Every wait has a deadline; there is no fixed sleep."
+    (SIGTERM, wait, SIGKILL, wait); then polling the target GPUs every I(poll_interval_s),
+    re-walking the recorded tree and what would be signalled at each poll (a respawned child is
+    signalled as it appears), until each is at or under I(idle_mib), lists no process and nothing
+    of ours is left, held for I(settle_s). Each process is waited for once per signal; one still
+    in state D after its SIGKILL wait is stuck in the driver and not waited for again, and when
+    only processes no signal from here removes hold the memory it fails at once. Every wait has a
+    deadline; there is no fixed sleep."
   - "Never signals its own process, its children, its ancestors (the Ansible worker,
     ansible-playbook), the rest of the Ansible controller's process tree, Ansible programs, the
     I(never_kill) list, processes it cannot see, or processes in another PID namespace (run
@@ -36,7 +43,7 @@ description:
     memory holders, signals the kernel did not permit; on a deadline it fails naming each GPU's
     memory and each survivor with pid, user, state and command line (state D needs a GPU reset
     or a reboot; memory that no visible process explains is held outside this PID namespace)."
-  - C(changed) only when it signalled something. In check mode it lists in C(would_kill) what
+  - C(changed) only when it signalled something or retired the server record. In check mode it lists in C(would_kill) what
     it would signal and signals nothing.
 author:
   - specbench contributors (!UNKNOWN)
@@ -102,17 +109,22 @@ options:
   server:
     description:
       - "The launched server's record (C(specbench_server)): C(pid), C(pgid), C(starttime) and,
-        if known, C(sid). The tree is only used while the recorded pid has the recorded start
-        time (or, the leader gone, while its group or session still exists)."
+        if known, C(sid) and C(boot_id). Every member is verified before any signal: the leader by
+        its pid and start time, its descendants, and members of the recorded group or session that
+        started after it and (the leader gone) match I(kill_patterns). A record of another boot is void."
     type: dict
   server_pgid:
     description:
       - The server's recorded process group alone, when I(server) is not given. Without a start
-        time its members are only signalled while one of them matches I(kill_patterns) or holds
-        a device node, so a stale record cannot hit a reused group.
+        time a member is only signalled while it matches I(kill_patterns) or holds a device node,
+        so a stale record cannot hit a reused group.
     type: int
   server_state_file:
-    description: The launch role's JSON record (pid, pgid, starttime), read when neither I(server) nor I(server_pgid) is given.
+    description:
+      - "The launch role's JSON record (pid, pgid, sid, starttime, boot_id), read when neither I(server) nor
+        I(server_pgid) is given. Retired once the tree it names is proven gone, or when it is void (another
+        boot's, or its pid now another process's): rewritten with C(torn_down), so that a later run reads
+        that it names nothing."
     type: path
   term_timeout_s:
     description: Seconds to wait after SIGTERM before SIGKILL.
@@ -130,6 +142,14 @@ options:
     description: Seconds between two reads of the processes or of GPU memory.
     type: float
     default: 0.05
+  settle_s:
+    description:
+      - Seconds a clean reading must hold before it counts. Each poll re-walks the recorded tree (a
+        server that respawns on SIGTERM leaves a child in its session) and what would be signalled,
+        and signals what is new. Clean is reported after two clean polls at least (a child forked
+        by a process of the tree just after one snapshot shows in the next) and this long.
+    type: float
+    default: 0.1
 extends_documentation_fragment: [specbench.core.attributes]
 attributes:
   check_mode:
@@ -194,7 +214,9 @@ problems:
   description:
     - When the target GPUs are not clean, one entry per reason, each with C(kind) (C(d_state),
       C(zombie), C(alive), C(other_user), C(not_permitted), C(unattributed),
-      C(outside_namespace), C(not_visible)), C(message) and where known C(gpu), C(pid), C(mib).
+      C(outside_namespace), C(not_visible), C(protected) (this teardown's own process tree or an
+      Ansible program), C(never_kill), C(display_server) (a graphics process)), C(message) and
+      where known C(gpu), C(pid), C(mib).
       Empty when clean.
   returned: always
   type: list
@@ -262,9 +284,15 @@ recorded_pgid_source:
   returned: always
   type: str
 recorded_server:
-  description: The recorded server's pid, pgid, sid and starttime (each null when unknown).
+  description: The recorded server's pid, pgid, sid, starttime and boot_id (each null when unknown).
   returned: always
   type: dict
+recorded_server_retired:
+  description:
+    - The server state file was retired (rewritten with C(torn_down), when and why) because its tree is
+      proven gone or the record is void; a later run reads that it names nothing.
+  returned: always
+  type: bool
 log:
   description: One line per signal sent.
   returned: always
@@ -311,6 +339,7 @@ def main():
             "kill_timeout_s": {"type": "float", "default": 10},
             "clean_timeout_s": {"type": "float", "default": 60},
             "poll_interval_s": {"type": "float", "default": 0.05},
+            "settle_s": {"type": "float", "default": 0.1},
         },
         supports_check_mode=True,
     )
@@ -334,6 +363,7 @@ def main():
             kill_timeout_s=p["kill_timeout_s"],
             clean_timeout_s=p["clean_timeout_s"],
             poll_interval_s=p["poll_interval_s"],
+            settle_s=p["settle_s"],
             check_mode=module.check_mode,
         )
         result = teardown.run()
@@ -348,7 +378,7 @@ def main():
             backend.close()
     for warning in result.pop("warnings"):
         module.warn(warning)
-    changed = bool(result["killed"] or result["would_kill"])
+    changed = bool(result["killed"] or result["would_kill"] or result.get("recorded_server_retired"))
     if not result["clean"] and not module.check_mode:
         module.fail_json(changed=changed, error="not_clean", **result)
     module.exit_json(changed=changed, **result)

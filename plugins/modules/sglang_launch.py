@@ -147,6 +147,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils import proc_table
 from ansible_collections.specbench.core.plugins.module_utils.sglang_process import (
     LaunchError,
     check_port,
@@ -202,9 +203,18 @@ def main():
     record = dict(p["record"])
     record.update(started)
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
-                   "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns()})
+                   "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
+                   # the teardown verifies the tree by session and boot (plugins/module_utils/teardown_record.py)
+                   "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id()})
     write_state(p["state_path"], record)
     module.exit_json(changed=True, already_running=False, command=argv, log_path=p["log_path"], **started)
+
+
+def _sid(pid):
+    try:
+        return os.getsid(pid) if pid else None
+    except OSError:
+        return None
 
 
 def _pid_ns():

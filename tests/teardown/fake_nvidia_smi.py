@@ -34,12 +34,36 @@ FAILURES = {
 }
 
 
+def bus_id(index: int) -> str:
+    return f"00000000:{0x18 + index:02X}:00.0"
+
+
+def query(state: dict, fail: str) -> int:
+    """``nvidia-smi -q``, the part of its layout the backend reads."""
+    out = ["", "==============NVSMI LOG==============", "", f"{'Driver Version':42}: {state['driver_version']}",
+           "", f"{'Attached GPUs':42}: {len(state['gpus'])}"]
+    for g in state["gpus"]:
+        minor = "N/A" if fail == "nominor" else g["node"].replace("nvidia", "")
+        out += [f"GPU {bus_id(g['index'])}", f"    {'Product Name':38}: {g['name']}",
+                f"    {'GPU UUID':38}: {g['uuid']}", f"    {'Minor Number':38}: {minor}", "    Processes"]
+        for p in g["processes"]:
+            out += [f"        {'GPU instance ID':34}: N/A", f"        {'Compute instance ID':34}: N/A",
+                    f"        {'Process ID':34}: {p['pid']}",
+                    f"            {'Type':30}: {'G' if p.get('type') == 'graphics' else 'C'}",
+                    f"            {'Name':30}: {p['name']}",
+                    f"            {'Used GPU Memory':30}: {p['used_memory_mib']} MiB"]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     fail = os.environ.get("FAKE_NVSMI_FAIL", "")
     if fail in FAILURES:
         code, text = FAILURES[fail]
         sys.stdout.write(text)
         return code
+    if argv[:1] == ["-q"]:
+        return query(gpus.read_state(os.environ["FAKE_NVSMI_DEVICE_DIR"]), fail)
     opts = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
     if opts.get("--format") != "csv,noheader,nounits":
         sys.stdout.write("This fake answers --format=csv,noheader,nounits queries only.\n")
@@ -55,6 +79,7 @@ def main(argv: list[str]) -> int:
                 "index": g["index"], "uuid": g["uuid"], "name": g["name"],
                 "memory.used": g["memory_used_mib"], "memory.total": g["memory_total_mib"],
                 "memory.reserved": g["memory_reserved_mib"], "driver_version": state["driver_version"],
+                "pci.bus_id": bus_id(g["index"]),
             }
             sys.stdout.write(", ".join(str(values[f]) for f in fields) + "\n")
         return 0
@@ -62,6 +87,8 @@ def main(argv: list[str]) -> int:
         fields = opts["--query-compute-apps"].split(",")
         for g in state["gpus"]:
             for p in g["processes"]:
+                if p.get("type") == "graphics":
+                    continue  # --query-compute-apps lists compute processes only
                 values = {"pid": p["pid"], "used_memory": p["used_memory_mib"], "gpu_uuid": g["uuid"],
                           "process_name": p["name"]}
                 sys.stdout.write(", ".join(str(values[f]) for f in fields) + "\n")

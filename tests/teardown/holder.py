@@ -18,7 +18,10 @@ arguments for a child holder), prints READY once they all are, and waits for sig
 With --exit-after-ready it exits right after READY, leaving its workers running (a parent
 that the test does not reap stays a zombie: the "defunct parent"). With --leader-exits its
 main thread exits while another thread keeps the descriptors ("Zl": a defunct leader whose
-own /proc/<pid>/fd is empty, its holdings visible under /proc/<pid>/task/<tid>/fd).
+own /proc/<pid>/fd is empty, its holdings visible under /proc/<pid>/task/<tid>/fd). With
+--respawn GPU:MIB, SIGTERM makes it fork a child into a process group of its own (same session)
+and exit; the child opens GPU's nodes and records MIB there 0.5 s later (MIB 0: it holds
+nothing), then waits for signals: a server that respawns on SIGTERM.
 """
 from __future__ import annotations
 
@@ -43,6 +46,21 @@ def set_comm(name: str) -> None:
     libc.prctl(15, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
+def respawn(dev: str, gpu: int, mib: int) -> None:
+    """On SIGTERM: a child in a group of its own allocates 0.5 s later; this process exits."""
+    if os.fork() > 0:
+        os._exit(0)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    time.sleep(0.5)
+    if mib:
+        held = [os.open(os.path.join(dev, n), os.O_RDWR) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{gpu}")]
+        gpus.write_record(dev, "respawned", {gpu: mib})
+        assert held
+    while True:
+        signal.pause()
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--tag", required=True)
@@ -58,12 +76,15 @@ def main() -> int:
     p.add_argument("--leader-exits", action="store_true")
     p.add_argument("--record-extra", default="")
     p.add_argument("--argv0", help=argparse.SUPPRESS)
+    p.add_argument("--respawn", help="GPU:MIB")
     args = p.parse_args()
 
     if args.comm:
         set_comm(args.comm)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.respawn:
+        signal.signal(signal.SIGTERM, lambda *_unused: respawn(args.dev, *map(int, args.respawn.split(":"))))
     if args.setsid:
         os.setsid()
     nodes = [n for n in args.nodes.split(",") if n]

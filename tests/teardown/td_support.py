@@ -73,11 +73,38 @@ def other_user_ids(name: str = OTHER_USER) -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def copy_for_any_user(dest: Path) -> Path:
+    """What a process of another user runs, copied under ``dest`` (modes 0755/0644): holder.py,
+    the emulator's package, this collection's module_utils and modules, and the part of Ansible
+    a module imports. The checkout (and the venv in it) may sit under a folder only root can
+    read (a CI clone under /root), so another user never runs anything from there."""
+    import ansible  # noqa: PLC0415
+
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    (dest / "tests" / "teardown").mkdir(parents=True)
+    shutil.copy2(HOLDER, dest / "tests" / "teardown" / "holder.py")
+    shutil.copytree(ROOT / "files" / "sglang_emulator", dest / "files" / "sglang_emulator", ignore=skip)
+    plugins = dest / "collections" / "ansible_collections" / "specbench" / "core" / "plugins"
+    for part in ("module_utils", "modules"):
+        shutil.copytree(ROOT / "plugins" / part, plugins / part, ignore=skip)
+    source = Path(ansible.__file__).resolve().parent
+    site = dest / "site"
+    for name in ("__init__.py", "release.py"):
+        (site / "ansible").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source / name, site / "ansible" / name)
+    for part in ("_vendor", "module_utils"):
+        shutil.copytree(source / part, site / "ansible" / part, ignore=skip)
+    for path in [dest, *dest.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return dest
+
+
 class Lab:
     """One test's device folder and the process trees it started there.
 
     ``shared=True`` puts the folder under /tmp, readable by every user (pytest's tmp_path is
-    root's alone), for tests that start processes as another user.
+    root's alone), for tests that start processes as another user, with a copy of what those
+    processes run (copy_for_any_user) in ``runtime``: the holders then run from that copy.
     """
 
     def __init__(self, tmp_path: Path, gpu_count: int = 2, shared: bool = False):
@@ -101,6 +128,8 @@ class Lab:
         self.started: list[subprocess.Popen] = []
         self.own_fds: list[int] = []
         self.packages = None
+        self.runtime = copy_for_any_user(tmp_path / "runtime") if shared else None
+        self.holder = self.runtime / "tests" / "teardown" / "holder.py" if shared else HOLDER
 
     def sglang_package(self) -> Path:
         """A folder with a package ``sglang`` whose ``launch_server`` runs holder.py, so that
@@ -110,7 +139,7 @@ class Lab:
             (self.packages / "sglang").mkdir(parents=True)
             (self.packages / "sglang" / "__init__.py").write_text("")
             (self.packages / "sglang" / "launch_server.py").write_text(
-                f"import runpy\nrunpy.run_path({str(HOLDER)!r}, run_name='__main__')\n"
+                f"import runpy\nrunpy.run_path({str(self.holder)!r}, run_name='__main__')\n"
             )
             for path in (self.packages, self.packages / "sglang"):
                 path.chmod(0o755)
@@ -126,7 +155,7 @@ class Lab:
             head = [python, "-m", "sglang.launch_server"]
             env = dict(os.environ, PYTHONPATH=str(self.sglang_package()))
         else:
-            head = [python, str(HOLDER)]
+            head = [python, str(self.holder)]
             env = None
         ids = {}
         if user is not None:
@@ -205,8 +234,8 @@ class Lab:
         return {int(tok) for tok in out.split()}
 
     def write_server_record(self, pid: int, pgid: int, with_starttime: bool = True) -> Path:
-        """The launch role's record (state/server.json): pid, pgid, starttime."""
-        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"]}
+        """The launch role's record (state/server.json): pid, pgid, starttime, boot_id."""
+        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"], "boot_id": proc_table.boot_id()}
         if with_starttime:
             record["starttime"] = proc_table.starttime(pid)
         path = self.node_dir / "state" / "server.json"
@@ -222,7 +251,7 @@ class Lab:
             "gpu_backend": "emulated",
             "gpu_device_glob": f"{self.dev}/nvidia*",
             # what this test's processes are: holder.py (or its fake sglang.launch_server) with the tag
-            "gpu_kill_patterns": [{"script": re.escape(str(HOLDER)), "args": self.pattern},
+            "gpu_kill_patterns": [{"script": re.escape(str(self.holder)), "args": self.pattern},
                                   {"module": r"^sglang\.launch_server$", "args": self.pattern},
                                   {"title": "^sglang::", "args": self.pattern},
                                   self.pattern],

@@ -2,7 +2,9 @@
 matching processes: a structured result (JSON, with the refusals named), never a traceback.
 
 The module runs the way Ansible runs it on a node (``python3 gpu_teardown.py ARGS.json``),
-as the user ``nobody`` (setpriv), in a PID namespace of the test's own.
+as the user ``nobody`` (setpriv), in a PID namespace of the test's own, from a copy of the
+module, its module_utils and Ansible's that nobody can read (Lab.runtime): the checkout may
+sit under a folder only root can read.
 """
 from __future__ import annotations
 
@@ -11,15 +13,17 @@ import os
 import shutil
 import subprocess
 
-import ansible
 import pytest
-from td_support import OTHER_USER, ROOT, Lab, other_user_ids, python_for_any_user
+from td_support import OTHER_USER, Lab, other_user_ids, python_for_any_user
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown, proc_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 
-MODULE = ROOT / "plugins" / "modules" / "gpu_teardown.py"
+
+def runtime_path(lab: Lab) -> str:
+    """PYTHONPATH for another user: the collection and Ansible, copied where it can read them."""
+    return os.pathsep.join([str(lab.runtime / "collections"), str(lab.runtime / "site")])
 
 
 @pytest.fixture
@@ -42,12 +46,11 @@ def run_module_as(user: str, lab: Lab, **args) -> tuple[dict, str]:
         "backend": "emulated", "device_glob": f"{lab.dev}/nvidia*", "term_timeout_s": 1, "kill_timeout_s": 2,
         "clean_timeout_s": 3, "kill_patterns": gpu_teardown.ENGINE_KILL_PATTERNS["sglang"], **args}}))
     argsfile.chmod(0o644)
-    site = os.path.dirname(os.path.dirname(ansible.__file__))
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "collections"), site])}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "PYTHONPATH": runtime_path(lab)}
+    module = lab.runtime / "collections" / "ansible_collections" / "specbench" / "core" / "plugins" / "modules"
     proc = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--",
-         python_for_any_user(), str(MODULE), str(argsfile)],
+         python_for_any_user(), str(module / "gpu_teardown.py"), str(argsfile)],
         capture_output=True, text=True, env=env, cwd=str(home), timeout=120, check=False,
     )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
@@ -80,7 +83,8 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     assert res["failed"] is True
     kinds = {r["pid"]: r["kind"] for r in res["refused"]}
     assert kinds[worker] == "not_permitted"
-    assert "run the teardown as root (become: true)" in res["msg"]
+    assert "run the teardown as root (become: true)" in res["msg"] and "or as root" not in res["msg"]
+    assert all(r["starttime"] == proc_table.starttime(r["pid"]) for r in res["refused"])  # issue 19, item 8
     assert proc_table.alive(worker) and proc_table.alive(server.pid)
 
     # and scope node, which reaches every user's matching process
@@ -97,11 +101,10 @@ def test_a_signal_the_kernel_refuses_is_an_answer_not_an_exception(shared_lab):
     uid, gid = other_user_ids(OTHER_USER)
     code = ("import sys; from ansible_collections.specbench.core.plugins.module_utils import proc_table; "
             f"print(proc_table.send_signal({victim.pid}, {proc_table.starttime(victim.pid)}, 9))")
-    site = os.path.dirname(os.path.dirname(ansible.__file__))
     proc = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", python_for_any_user(), "-c", code],
         capture_output=True, text=True, check=False, timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join([str(ROOT / "collections"), site])},
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": runtime_path(lab)},
     )
     assert proc.returncode == 0 and proc.stdout.strip() == "not permitted", proc.stdout + proc.stderr
     assert proc_table.alive(victim.pid)

@@ -44,6 +44,20 @@ def test_reads_follow_the_live_holders(lab):
     assert any(n.endswith("/nvidia1") for n in holders[workers[0]]["nodes"])
 
 
+def test_graphics_processes_and_device_minors_come_from_the_query_output(lab):
+    """Issue 19, items 3 and 6: without /proc/driver/nvidia/gpus the nodes come from ``nvidia-smi
+    -q`` (Minor Number, under the device glob's folder); memory no compute process explains makes it
+    ask ``-q -d PIDS`` for graphics processes."""
+    xorg, _unused = lab.start("--gpu", "1", "--mib", "200", "--comm", "Xorg", "--record-extra", '{"graphics": true}')
+    backend = gpu_state.open_backend("nvidia-smi", f"{lab.dev}/nvidia*", fake_smi(lab))
+    gpus = backend.read_gpus()
+    assert [g["node"] for g in gpus] == [f"{lab.dev}/nvidia0", f"{lab.dev}/nvidia1"]
+    assert gpus[0]["processes"] == []
+    assert gpus[1]["processes"] == [{"pid": xorg.pid, "used_memory_mib": 200, "type": "graphics"}]
+    nominor = gpu_state.open_backend("nvidia-smi", f"{lab.dev}/nvidia*", fake_smi(lab, "nominor"))
+    assert [g["node"] for g in nominor.read_gpus()] == [None, None]
+
+
 @pytest.mark.parametrize(
     ("fail", "kind", "text"),
     [

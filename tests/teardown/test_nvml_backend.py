@@ -22,10 +22,11 @@ class FakeNvml:
     NVML_ERROR_NO_PERMISSION = pynvml.NVML_ERROR_NO_PERMISSION
     NVML_ERROR_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
 
-    def __init__(self, init_error=None, count=2, procs=None, memory_error=None):
+    def __init__(self, init_error=None, count=2, procs=None, memory_error=None, graphics=None):
         self.init_error = init_error
         self.count = count
         self.procs = procs or {}
+        self.graphics = graphics or {}
         self.memory_error = memory_error
         self.inits = 0
         self.shutdowns = 0
@@ -52,7 +53,7 @@ class FakeNvml:
         self.memory_versions.append(version)
         if self.memory_error is not None:
             raise pynvml.NVMLError(self.memory_error)
-        used = sum(m or 0 for _unused, m in self.procs.get(handle, [])) + 4 * MIB
+        used = sum(m or 0 for _unused, m in self.procs.get(handle, []) + self.graphics.get(handle, [])) + 4 * MIB
         if version != pynvml.nvmlMemory_v2:
             # v1: used includes the driver-reserved memory (hundreds of MiB on an idle GPU)
             return types.SimpleNamespace(total=143771 * MIB, free=0, used=used + 600 * MIB)
@@ -73,6 +74,9 @@ class FakeNvml:
     def nvmlDeviceGetMPSComputeRunningProcesses(self, handle):
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
 
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self.graphics.get(handle, [])]
+
 
 def test_reads_v2_memory_and_processes():
     fake = FakeNvml(procs={1: [(4242, 20000 * MIB), (4243, None)]})
@@ -84,13 +88,22 @@ def test_reads_v2_memory_and_processes():
     assert gpus[0]["memory_reserved_mib"] == 512 and gpus[0]["node"] == "/dev/nvidia0"
     assert gpus[1]["memory_used_mib"] == 20004
     assert gpus[1]["processes"] == [
-        {"pid": 4242, "used_memory_mib": 20000},
-        {"pid": 4243, "used_memory_mib": None},  # usedGpuMemory None (not available)
+        {"pid": 4242, "used_memory_mib": 20000, "type": "compute"},
+        {"pid": 4243, "used_memory_mib": None, "type": "compute"},  # usedGpuMemory None (not available)
     ]
     assert gpus[1]["uuid"] == "GPU-fake-1" and gpus[1]["name"] == "NVIDIA H200"
     assert not gpu_state.is_dirty(gpus[0], 64) and gpu_state.is_dirty(gpus[1], 64)
     backend.close()
     assert fake.inits == 1 and fake.shutdowns == 1
+
+
+def test_graphics_processes_are_listed_as_such():
+    """Issue 19, item 6: nvmlDeviceGetGraphicsRunningProcesses is asked too (Xorg's 200 MiB)."""
+    fake = FakeNvml(procs={0: [(4242, 1000 * MIB)]}, graphics={0: [(1234, 200 * MIB)]})
+    gpus = gpu_state.open_backend("nvml", "/dev/nvidia*", nvml=fake).read_gpus()
+    assert gpus[0]["memory_used_mib"] == 1204
+    assert gpus[0]["processes"] == [{"pid": 1234, "used_memory_mib": 200, "type": "graphics"},
+                                    {"pid": 4242, "used_memory_mib": 1000, "type": "compute"}]
 
 
 @pytest.mark.parametrize(

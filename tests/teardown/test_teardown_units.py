@@ -204,7 +204,7 @@ def test_recorded_server_prefers_the_fact_and_reads_the_state_file(tmp_path):
     state = tmp_path / "server.json"
     state.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
     server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
-    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99} and source == str(state)
+    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None} and source == str(state)
     server, source = gpu_teardown.recorded_server({"pid": 7, "pgid": 7, "starttime": 1, "port": 30000}, None,
                                                   str(state), warnings)
     assert server["pid"] == 7 and source == "specbench_server"
@@ -243,3 +243,21 @@ def test_expand_nodes_includes_caps_folder_files(tmp_path):
     (tmp_path / "nvidia-caps" / "nvidia-cap1").touch()
     nodes = proc_table.expand_nodes(f"{tmp_path}/nvidia*")
     assert {os.path.basename(n) for n in nodes} == {"nvidia0", "nvidiactl", "nvidia-cap1"}
+
+
+def test_a_record_is_void_only_when_it_is_another_boots():
+    """Issue 19, item 1: another boot id, or a start time later than the time since this boot;
+    never a process started after the caller (the in-process API, the benchmark)."""
+    import subprocess  # noqa: PLC0415
+
+    later = subprocess.Popen(["sleep", "30"])
+    try:
+        start = proc_table.starttime(later.pid)
+        assert start >= proc_table.starttime(os.getpid())
+        assert gpu_teardown.void_reason({"starttime": start, "boot_id": proc_table.boot_id()}) is None
+        assert gpu_teardown.void_reason({"starttime": start}) is None
+    finally:
+        later.kill()
+        later.wait()
+    assert "earlier boot" in gpu_teardown.void_reason({"starttime": 1, "boot_id": "another-boot"})
+    assert "an earlier boot's" in gpu_teardown.void_reason({"starttime": 10**12})

@@ -1,0 +1,226 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""The recorded tree: what the launch role recorded of the server (state/server.json or the
+specbench_server fact), and the processes that are still, verifiably, that server's.
+
+A member is verified before any signal: the recorded leader itself (pid and start time), a
+descendant of a verified member (same snapshot), or a member of the recorded group or session
+that started after the server and, unless the leader still lives (a live group's id cannot be
+reused), is the engine by its patterns. A record from an earlier boot (another boot id, or a
+start time later than the time since this boot) names nothing here. Once no member is left the state file
+is retired: rewritten with ``torn_down`` (when, why), so a later run (or boot) reads that it names
+nothing, and the launch's record stays on disk for whoever inspects the run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown_holders import defunct
+from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import TeardownInputError
+
+
+def _int_field(record: dict, key: str, source: str):
+    value = record.get(key)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise TeardownInputError(
+            f"the server record's {key} is {value!r} ({source}): it must be an integer; delete the record "
+            "or relaunch the server."
+        ) from exc
+
+
+def recorded_server(record, server_pgid, state_file: str | None, warnings: list[str]) -> tuple[dict, str]:
+    """The launched server's pid, pgid, sid and starttime (each may be None), and their source.
+
+    From ``record`` (the specbench_server fact) when it names a pid or pgid, else
+    ``server_pgid``, else the launch role's state file.
+    """
+    empty = {"pid": None, "pgid": None, "sid": None, "starttime": None, "boot_id": None}
+    source = "none recorded"
+    data = None
+    if isinstance(record, dict) and any(record.get(k) not in (None, "") for k in ("pid", "pgid")):
+        data, source = record, "specbench_server"
+    elif server_pgid not in (None, ""):
+        try:
+            pgid = int(server_pgid)
+        except (TypeError, ValueError) as exc:
+            raise TeardownInputError(
+                f"server_pgid {server_pgid!r} is not a process group id: pass specbench_server.pgid (an integer)."
+            ) from exc
+        data, source = {"pgid": pgid}, "specbench_server.pgid"
+    elif state_file and os.path.exists(state_file):
+        try:
+            with open(state_file, encoding="utf-8") as fh:
+                data = json.load(fh)
+            if not isinstance(data, dict) or data.get("pgid") in (None, ""):
+                raise KeyError("pgid")
+            int(data["pgid"])
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            warnings.append(
+                f"{state_file} has no readable pgid ({exc.__class__.__name__}: {exc}); the recorded-tree "
+                "step is skipped (the GPU memory step still runs). Delete or fix the file."
+            )
+            return empty, state_file
+        source = state_file
+        if data.get("torn_down"):
+            return empty, f"{state_file} (retired: torn down at {data['torn_down'].get('at')})"
+    if data is None:
+        return empty, source
+    server = {key: _int_field(data, key, source) for key in empty if key != "boot_id"}
+    server["boot_id"] = str(data["boot_id"]) if data.get("boot_id") not in (None, "") else None
+    for key in ("pid", "pgid", "sid"):
+        if server[key] is not None and server[key] <= 1:
+            warnings.append(f"recorded {key} {server[key]} (from {source}) is not a server's; ignored.")
+            server[key] = None
+    return server, source
+
+
+def recorded_pgid(server_pgid, state_file: str | None, warnings: list[str]) -> tuple[int | None, str]:
+    """The recorded process group alone (kept for callers of the first version)."""
+    server, source = recorded_server(None, server_pgid, state_file, warnings)
+    return server["pgid"], source
+
+
+def void_reason(server: dict) -> str | None:
+    """Why the record cannot name a process of this boot, or None."""
+    now = proc_table.boot_id()
+    if server.get("boot_id") and now and server["boot_id"] != now:
+        return f"recorded on an earlier boot (boot id {server['boot_id']}, now {now})"
+    start = server.get("starttime")
+    if start is not None and hasattr(time, "CLOCK_BOOTTIME"):
+        # starttime counts clock ticks since boot; CLOCK_BOOTTIME is the kernel's own (a syscall,
+        # which LXCFS does not rewrite as it does /proc/uptime)
+        up = time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
+        if start > up:
+            return f"its start time ({start} ticks after boot) is later than now ({int(up)}): an earlier boot's"
+    return None
+
+
+def retire_state_file(path: str, server: dict, reason: str, warnings: list[str], force: bool = False) -> bool:
+    """Mark the state file torn down when it still names ``server``'s pid and start time (another
+    launch may have replaced it since it was read), or unconditionally with ``force``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict) or data.get("torn_down"):
+            return False
+        same = server.get("pid") is not None and server.get("starttime") is not None and all(
+            str(data.get(k)) == str(server[k]) for k in ("pid", "starttime"))
+        if not (same or force):
+            return False
+        data["torn_down"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "reason": reason,
+                             "by": "specbench.core.gpu_teardown"}
+        tmp = f"{path}.tmp.{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+        return True
+    except (OSError, ValueError) as exc:
+        warnings.append(f"could not retire the server record {path} ({exc}): delete it by hand.")
+        return False
+
+
+class RecordedTree:
+    """Step (a) of gpu_teardown.Teardown: the recorded server's tree, re-walked each round."""
+
+    def _tree_ids(self, leader) -> set[tuple[str, int]]:
+        """The recorded group and session, and those the live leader leads (a record without sid)."""
+        ids = {(f, self.server[f]) for f in ("pgid", "sid") if self.server[f] is not None}
+        if leader is not None:
+            ids |= {(f, getattr(leader, f)) for f in ("pgid", "sid") if getattr(leader, f) == leader.pid}
+        self.tree_ids |= ids
+        return set(self.tree_ids)
+
+    def tree_members(self, table) -> list:
+        """Every live, verified member of the recorded tree (before exemptions)."""
+        server = self.server
+        pid, start = server["pid"], server["starttime"]
+        if self.record_void is None and (pid or server["pgid"] or server["sid"]):
+            self.record_void = void_reason(server) or ""
+            if self.record_void:
+                self.warnings.append(f"the server record ({self.server_source}) is void: {self.record_void}; "
+                                     "nothing is signalled for it and it is retired.")
+        if self.record_void:
+            return []
+        leader = table.get(pid) if pid else None
+        if leader is not None and start is not None and leader.starttime != start:
+            if not self.record_stale:
+                self.record_stale = True
+                self.warnings.append(
+                    f"the recorded server pid {pid} ({self.server_source}) now belongs to another process (its "
+                    "start time differs): a stale record; its group and session are left alone.")
+            leader = None
+        genuine = leader is not None and start is not None
+        verified = {p for p, st in self.tree_known.items() if p in table and table[p].starttime == st}
+        if genuine:
+            verified.add(pid)
+        members = set(verified)
+        for root in verified:
+            members |= proc_table.descendants(root, table)
+        nodes = None
+        for field, value in sorted(self._tree_ids(leader if genuine else None)):
+            for other, info in table.items():
+                if other in members or getattr(info, field) != value:
+                    continue
+                if start is not None and info.starttime < start:
+                    why = "started before the recorded server"
+                elif genuine or self.matches(info):
+                    members.add(other)
+                    continue
+                elif start is None:
+                    nodes = set(proc_table.expand_nodes(self.device_glob)) if nodes is None else nodes
+                    if proc_table.open_nodes(other, nodes, info.state, info.threads):
+                        members.add(other)
+                        continue
+                    why = "an old record without a start time, and it neither matches gpu_kill_patterns nor holds a node"
+                else:
+                    why = "the recorded server is gone and it does not match gpu_kill_patterns"
+                self.tree_unverified.add(other)
+                self._skip(info, "launched", f"in the recorded process {'group' if field == 'pgid' else 'session'} "
+                                             f"{value} but not verifiably the recorded server's ({why}): left alone")
+        for member in members:
+            self.tree_known[member] = table[member].starttime
+        return [table[p] for p in sorted(members) if not defunct(table[p])]
+
+    def launched_tree(self, table) -> list:
+        """(a): the verified members of the recorded tree that this teardown may signal."""
+        chosen = []
+        for info in self.tree_members(table):
+            if self._exempt(info, "launched"):
+                continue
+            if not self._user_allowed(info):
+                self._skip(info, "launched", f"in the recorded tree but another user's ({info.user})")
+                continue
+            chosen.append(info)
+        if not self.tree_known and self.tree_unverified and self.server["starttime"] is None \
+                and not self.tree_warned:
+            self.tree_warned = True
+            self.warnings.append(
+                f"recorded process group {self.pgid} ({self.server_source}) no longer looks like the server: "
+                "no member matches gpu_kill_patterns or holds a device node (a stale record whose group id "
+                "was reused?); it is left alone.")
+        return chosen
+
+    def tree_gone(self, table) -> bool:
+        """No verified member of the recorded tree is alive (a zombie holds nothing)."""
+        return not self.tree_members(table)
+
+    def retire_record(self, table) -> bool:
+        """Retire the state file once its tree is proven gone (or the record is void or stale)."""
+        path = self.state_file
+        if self.check_mode or not path or not os.path.exists(path) or self.server_source == "none recorded":
+            return False
+        if self.record_void or self.record_stale:
+            reason = self.record_void or "its pid belongs to another process now"
+        elif self.tree_gone(table):
+            reason = "no process of the recorded tree is left"
+        else:
+            return False
+        return retire_state_file(path, self.server, reason, self.warnings, force=self.server_source == path)
