@@ -20,9 +20,12 @@ ENGINES = ROOT / "plugins" / "module_utils" / "engines"
 SETTINGS = [{"name": "mem_fraction", "flag": "--mem-fraction-static", "variable": "x_mem", "kind": "fraction"}]
 
 
+def fix(setting: dict) -> str:
+    return f": set {setting['variable']}."
+
+
 def test_check_extra_refuses_capacity_and_base_flags_and_calls_the_hook():
     seen = []
-    fix = lambda s: f": set {s['variable']}."  # noqa: E731
     common.check_extra(["--foo", "1"], "src", SETTINGS, {"--port": "x_port"}, example="['--a']",
                        capacity_fix=fix, flag_rule=lambda flag, source: seen.append((flag, source)))
     assert seen == [("--foo", "src")]
