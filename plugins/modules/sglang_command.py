@@ -184,7 +184,8 @@ base_url:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.sglang_command import CommandError, base_url, render
+from ansible_collections.specbench.core.plugins.module_utils.engines.common import CommandError, base_url
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import render
 
 
 def main():

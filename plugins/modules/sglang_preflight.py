@@ -119,7 +119,7 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils import gpu_state
-from ansible_collections.specbench.core.plugins.module_utils.sglang_preflight import (
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.preflight import (
     check_disk,
     check_gpus,
     check_paths,

@@ -163,14 +163,9 @@ parser:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.vllm_command import (
-    CommandError,
-    FlagError,
-    check,
-    probe,
-    render,
-    use_entry,
-)
+from ansible_collections.specbench.core.plugins.module_utils.engines.common import CommandError, FlagError
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.command import render
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.flags import check, probe, use_entry
 
 
 def main():

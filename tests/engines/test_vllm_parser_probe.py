@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ansible_collections.specbench.core.plugins.module_utils import vllm_command
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm import flags as vllm_flags
 
 PARSER = '''
 import argparse
@@ -37,7 +37,7 @@ def fake_vllm(root: Path, launchers: bool) -> Path:
 def probe_with(tmp_path: Path, launchers: bool, monkeypatch) -> dict:
     fake_vllm(tmp_path, launchers)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return vllm_command.probe(sys.executable, ["--model", "m", "--port", "8000"], timeout=60)
+    return vllm_flags.probe(sys.executable, ["--model", "m", "--port", "8000"], timeout=60)
 
 
 def test_old_layout_parser_in_openai_cli_args(tmp_path, monkeypatch):
@@ -52,7 +52,7 @@ def test_new_layout_parser_and_entry_in_launchers(tmp_path, monkeypatch):
     assert info["parser_module"] == "vllm.entrypoints.launchers.cli_args"
     assert info["entry_module"] == "vllm.entrypoints.launchers.api_server"
     out = {"argv": ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]}
-    assert vllm_command.use_entry(out, info)["argv"] == ["py", "-m", "vllm.entrypoints.launchers.api_server",
+    assert vllm_flags.use_entry(out, info)["argv"] == ["py", "-m", "vllm.entrypoints.launchers.api_server",
                                                          "--model", "m"]
 
 
@@ -61,8 +61,8 @@ def test_no_parser_anywhere_names_the_cause(tmp_path, monkeypatch):
     (tmp_path / "vllm" / "__init__.py").write_text("")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     try:
-        vllm_command.probe(sys.executable, [], timeout=60)
-    except vllm_command.FlagError as exc:
+        vllm_flags.probe(sys.executable, [], timeout=60)
+    except vllm_flags.FlagError as exc:
         assert "cannot build vLLM's argument parser" in str(exc)
         assert "vllm.entrypoints.openai.cli_args" in str(exc)
     else:

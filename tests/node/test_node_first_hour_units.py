@@ -16,8 +16,9 @@ import pytest
 import yaml
 from nodekit import ROOT
 
-from ansible_collections.specbench.core.plugins.module_utils import sglang_preflight, sglang_process
-from ansible_collections.specbench.core.plugins.module_utils.sglang_command import render
+from ansible_collections.specbench.core.plugins.module_utils import sglang_process
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import preflight as sglang_preflight
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import render
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import labels
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.sweep import format_level_line
 from ansible_collections.specbench.core.plugins.module_utils.specbench_report import render_markdown

@@ -11,8 +11,8 @@ import yaml
 from nodekit import ROOT
 
 from ansible_collections.specbench.core.plugins.module_utils import bench_scripts, proxmox_lxc, sglang_process
-from ansible_collections.specbench.core.plugins.module_utils.sglang_command import CommandError, render
-from ansible_collections.specbench.core.plugins.module_utils.sglang_flags import check
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import CommandError, render
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.flags import check
 
 SETTINGS = [
     {"name": "tp_size", "flag": "--tp-size", "aliases": ["--tensor-parallel-size"], "variable": "sglang_server_tp_size",

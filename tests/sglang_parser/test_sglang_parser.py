@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT / "collections"))
 
 from nodekit import case_outcomes, cases_playbook, localhost_inventory, run_playbook  # noqa: E402
 
-from ansible_collections.specbench.core.plugins.module_utils import sglang_command  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import command as sglang_command  # noqa: E402
 
 VENV = Path(os.environ.get("SPECBENCH_SGLANG_VENV") or ROOT / ".venv-sglang")
 PYTHON = VENV / "bin" / "python"

@@ -3,7 +3,8 @@
 """Render one SGLang launch command from the role's data, refusing unfair comparisons.
 
 Standard library only: it runs inside the sglang_command module on the managed node, and the
-tests import it directly.
+tests import it directly. Flag rendering, the capacity settings' checks, the extra-argument
+fairness refusal and the base URL are the shared ones (engines/common.py).
 
 The inputs are data from the sglang_server role (roles/sglang_server/vars/main.yml):
 
@@ -20,9 +21,18 @@ from __future__ import annotations
 
 import os
 
+from ansible_collections.specbench.core.plugins.module_utils.engines.common import (
+    CommandError,
+    capacity_setting_of,
+    check_extra,
+    check_number,
+    flag_name,
+    flags_in,
+    render_value,
+)
+
 SGLANG_ENTRY = ("-m", "sglang.launch_server")
 ENGINES = ("emulator", "sglang")
-KINDS = ("fraction", "count", "count_or_off")
 # Flags the role renders itself from dedicated variables; extra args must not repeat them.
 BASE_FLAGS = {
     "--model-path": "sglang_server_model_path",
@@ -33,104 +43,24 @@ BASE_FLAGS = {
 }
 
 
-class CommandError(Exception):
-    """A launch the role refuses to render; the text names the problem and the fix."""
-
-
-def flag_name(token: str) -> str | None:
-    """``--flag`` for a token that is a long option (``--flag`` or ``--flag=value``), else None."""
-    if not isinstance(token, str) or not token.startswith("--") or token == "--":
-        return None
-    return token.split("=", 1)[0]
-
-
-def flags_in(args: list) -> list[str]:
-    """The long options among ``args``, in order."""
-    return [f for f in (flag_name(a) for a in args) if f]
-
-
-def _matches(token_flag: str, flag: str) -> bool:
-    """True when argparse would read ``token_flag`` as ``flag`` (exact, or an abbreviation)."""
-    return token_flag == flag or (len(token_flag) > 3 and flag.startswith(token_flag))
-
-
-def capacity_setting_of(flag: str, settings: list[dict]) -> dict | None:
-    """The capacity setting a flag (or its argparse abbreviation) sets, if any."""
-    for setting in settings:
-        for known in [setting["flag"], *setting.get("aliases", [])]:
-            if _matches(flag, known):
-                return setting
-    return None
-
-
-def render_value(flag: str, value) -> list[str]:
-    """Argv items for one flag: bare for True, nothing for None/False/'', repeated for lists.
-
-    A value starting with ``~`` is expanded on the node, as a shell would.
-    """
-    if value is None or value is False or value == "":
-        return []
-    if value is True:
-        return [flag]
-    if isinstance(value, (list, tuple)):
-        return [flag, *[_text(v) for v in value]] if value else []
-    return [flag, _text(value)]
-
-
-def _text(value) -> str:
-    text = str(value)
-    return os.path.expanduser(text) if text.startswith("~") else text
-
-
-def _number(setting: dict, value):
-    """The setting's value checked against its kind; CommandError naming the variable."""
-    name, var, kind = setting["name"], setting["variable"], setting.get("kind", "count")
-    if kind not in KINDS:
-        raise CommandError(f"capacity setting {name} has kind {kind!r}; use one of {', '.join(KINDS)}.")
-    if value is None or value == "":
-        why = f" {setting['why']}" if setting.get("why") else ""
+def _speculative_only_in_modes(flag: str, source: str) -> None:
+    """SGLang's hook in the shared extra-argument check: speculative flags belong to a mode."""
+    if flag.startswith("--speculative"):
         raise CommandError(
-            f"{var} is not set: {setting['flag']} ({name}) changes capacity, so every mode renders it "
-            f"explicitly with the same value.{why} Set {var} (for example in group_vars or with -e)."
+            f"{source} sets {flag}, a speculative-decoding flag, for every mode (baseline included). "
+            "Speculative flags belong to a mode: put it in sglang_server_mode_extra_args under the mode's "
+            "name, or define a mode in sglang_server_extra_modes."
         )
-    if isinstance(value, bool):
-        raise CommandError(f"{var} must be a number, not {value!r}.")
-    try:
-        number = float(value) if kind == "fraction" else int(str(value))
-    except (TypeError, ValueError):
-        expected = "a fraction between 0 and 1" if kind == "fraction" else "an integer"
-        raise CommandError(f"{var} must be {expected}, got {value!r}.") from None
-    if kind == "fraction" and not 0 < number < 1:
-        raise CommandError(f"{var} must be between 0 and 1 (exclusive), got {value!r}.")
-    if kind == "count" and number < 1:
-        raise CommandError(f"{var} must be a positive integer, got {value!r}.")
-    if kind == "count_or_off" and number < 1 and number != -1:
-        raise CommandError(f"{var} must be a positive integer, or -1 to turn it off, got {value!r}.")
-    return number
 
 
 def _check_extra(args, source: str, settings: list[dict], mode: str, allow_speculative: bool) -> None:
     """Refuse extra arguments that set a capacity setting or a flag the role renders."""
-    if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
-        raise CommandError(f"{source} must be a list of strings (argv items such as ['--attention-backend', 'fa3']).")
-    for flag in flags_in(args):
-        setting = capacity_setting_of(flag, settings)
-        if setting:
-            raise CommandError(
-                f"{source} sets {flag}, the capacity setting {setting['name']} that every mode shares (fairness). "
-                f"Set {setting['variable']} for all modes, or override it for one mode by name with "
+    def capacity_fix(setting: dict) -> str:
+        return (f". Set {setting['variable']} for all modes, or override it for one mode by name with "
                 f"sglang_server_mode_overrides: {{'{mode}': {{'{setting['name']}': VALUE}}}} "
-                "(recorded in the results as a confounder)."
-            )
-        for base, var in BASE_FLAGS.items():
-            if _matches(flag, base):
-                raise CommandError(f"{source} sets {flag}, which the role renders itself: set {var} instead.")
-        if flag.startswith("--speculative") and not allow_speculative:
-            raise CommandError(
-                f"{source} sets {flag}, a speculative-decoding flag, for every mode (baseline included). "
-                "Speculative flags belong to a mode: put it in sglang_server_mode_extra_args under the mode's "
-                "name, or define a mode in sglang_server_extra_modes."
-            )
+                "(recorded in the results as a confounder).")
+    check_extra(args, source, settings, BASE_FLAGS, example="['--attention-backend', 'fa3']",
+                capacity_fix=capacity_fix, flag_rule=None if allow_speculative else _speculative_only_in_modes)
 
 
 ADAPTIVE_KNOBS = ("ema_alpha", "update_interval", "warmup_batches", "up_hysteresis", "down_hysteresis",
@@ -274,10 +204,10 @@ def render(params: dict) -> dict:
     capacity_argv: list[str] = []
     origins: dict[str, str] = {}
     for setting in settings:
-        shared = _number(setting, setting.get("value"))
+        shared = check_number(setting, setting.get("value"))
         value = shared
         if setting["name"] in overrides:
-            value = _number({**setting, "variable": f"sglang_server_mode_overrides['{mode}']['{setting['name']}']"},
+            value = check_number({**setting, "variable": f"sglang_server_mode_overrides['{mode}']['{setting['name']}']"},
                             overrides[setting["name"]])
             if value != shared:
                 confounders.append(
@@ -387,19 +317,3 @@ def render(params: dict) -> dict:
         "confounders": confounders,
         "origins": origins,
     }
-
-
-def connect_host(host: str) -> str:
-    """Where a client on the node connects for a server bound to ``host`` (loopback for wildcards)."""
-    if host in ("", "0.0.0.0", "*"):
-        return "127.0.0.1"
-    if host in ("::", "[::]"):
-        return "::1"
-    return host
-
-
-def base_url(host: str, port: int) -> str:
-    target = connect_host(host)
-    if ":" in target and not target.startswith("["):
-        target = f"[{target}]"
-    return f"http://{target}:{port}"

@@ -6,13 +6,20 @@ Standard library only. The parser is SGLang's own (``ServerArgs.add_cli_args`` o
 ``argparse.ArgumentParser``, exactly what ``python -m sglang.launch_server`` builds) run by the
 node's SGLang interpreter, or the emulator's ``build_parser`` for engine=emulator. Nothing is
 launched and no GPU is touched: building the parser imports ``sglang.srt.server_args`` only.
+The probe's argparse harness and its runner are the shared ones (engines/common.py).
 """
 from __future__ import annotations
 
 import difflib
-import json
 import os
-import subprocess
+
+from ansible_collections.specbench.core.plugins.module_utils.engines.common import (
+    PARSE_ARGV,
+    FlagError,
+    ProbeError,
+    flags_in,
+    run_probe,
+)
 
 MARKER = "SPECBENCH-SGLANG-FLAGS "
 
@@ -39,29 +46,13 @@ else:
         version += "+specbench-emulator"
     from sglang_emulator.cli import build_parser
     parser = build_parser()
-argv = json.loads(sys.stdin.read() or "[]")
-error = None
-class _Refused(Exception):
-    pass
-def _error(message):
-    raise _Refused(message)
-parser.error = _error
-try:
-    parser.parse_args(argv)
-except _Refused as exc:
-    error = str(exc)
-except SystemExit as exc:
-    error = "argparse exited %s" % exc.code
+@PARSE_ARGV@
 print("SPECBENCH-SGLANG-FLAGS " + json.dumps({
     "version": str(version),
     "options": sorted(parser._option_string_actions),
     "parse_error": error,
 }))
-"""
-
-
-class FlagError(Exception):
-    """The node's SGLang cannot take the command; the text names the flag and the fix."""
+""".replace("@PARSE_ARGV@", PARSE_ARGV.strip())
 
 
 def emulator_present(emulator_path: str | None) -> bool:
@@ -79,26 +70,20 @@ def probe(python: str, engine: str, emulator_path: str | None, args: list[str], 
             )
         emulator_path = path
     try:
-        proc = subprocess.run(
-            [python, "-c", PROBE, engine, emulator_path or ""],
-            input=json.dumps(args), capture_output=True, text=True, timeout=timeout, check=False,
-        )
-    except FileNotFoundError:
-        var = "sglang_python" if engine == "sglang" else "sglang_server_emulator_python"
-        raise FlagError(f"{python} does not exist on this node: set {var} to the interpreter that has "
-                        f"{'SGLang' if engine == 'sglang' else 'Python 3'}.") from None
-    except subprocess.TimeoutExpired:
-        raise FlagError(f"{python} took more than {timeout:.0f}s to build SGLang's argument parser.") from None
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
-    tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-    if engine == "sglang":
-        raise FlagError(
-            f"{python} cannot build SGLang's argument parser (is SGLang installed for this interpreter? set "
-            f"sglang_python): exit {proc.returncode}\n{tail}"
-        )
-    raise FlagError(f"the emulator's parser did not load with {python}: exit {proc.returncode}\n{tail}")
+        return run_probe(python, PROBE, MARKER, args, timeout, argv=(engine, emulator_path or ""))
+    except ProbeError as exc:
+        if exc.kind == "missing":
+            var = "sglang_python" if engine == "sglang" else "sglang_server_emulator_python"
+            raise FlagError(f"{python} does not exist on this node: set {var} to the interpreter that has "
+                            f"{'SGLang' if engine == 'sglang' else 'Python 3'}.") from None
+        if exc.kind == "timeout":
+            raise FlagError(f"{python} took more than {timeout:.0f}s to build SGLang's argument parser.") from None
+        if engine == "sglang":
+            raise FlagError(
+                f"{python} cannot build SGLang's argument parser (is SGLang installed for this interpreter? set "
+                f"sglang_python): exit {exc.returncode}\n{exc.tail}"
+            ) from None
+        raise FlagError(f"the emulator's parser did not load with {python}: exit {exc.returncode}\n{exc.tail}") from None
 
 
 def check(args: list[str], info: dict, renames: list[dict], origins: dict[str, str], where: str) -> list[str]:
@@ -110,10 +95,7 @@ def check(args: list[str], info: dict, renames: list[dict], origins: dict[str, s
     options = set(info.get("options") or [])
     version = info.get("version", "unknown")
     problems = []
-    for token in args:
-        if not isinstance(token, str) or not token.startswith("--") or token == "--":
-            continue
-        flag = token.split("=", 1)[0]
+    for flag in flags_in(args):
         if flag in options:
             continue
         source = origins.get(flag)
