@@ -115,14 +115,15 @@ class Scraper(threading.Thread):
                     body = resp.read()
             except OSError:
                 body = None
+            values: dict | None = None
             if body:
-                values: dict = {}
+                values = {}
                 for line in body.splitlines():
                     name = line.split(b"{", 1)[0].split(b" ", 1)[0]
                     if name in COUNTERS:
                         key = COUNTERS[name]
                         values[key] = values.get(key, 0.0) + float(line.rsplit(b" ", 1)[1])
-                self.samples.append((sent, time.time(), values))
+            self.samples.append((sent, time.time(), values))  # None: no answer (no server, or it stalled)
             self.stop.wait(self.interval)
 
     def __enter__(self):
@@ -134,23 +135,34 @@ class Scraper(threading.Thread):
         self.join(5)
 
     def bounds(self, key: str, t: float) -> tuple[float, float]:
-        """(low, high) of counter ``key`` at wall-clock ``t`` (known to EDGE_CLOCK_S)."""
-        below = [v[key] for s, r, v in self.samples if key in v and r <= t - EDGE_CLOCK_S]
-        above = [v[key] for s, r, v in self.samples if key in v and s >= t + EDGE_CLOCK_S]
-        assert below and above, f"no scrapes of {key} either side of {t}"
-        return below[-1], above[0]
+        """(low, high) of counter ``key`` at wall-clock ``t`` (known to EDGE_CLOCK_S): the last
+        answer received before ``t`` and the first answered scrape sent after it, from the same
+        server (a playbook runs several servers on one port in turn: a counter going back, or
+        missing, marks another server)."""
+        before = [i for i, (s, r, v) in enumerate(self.samples) if v is not None and key in v and r <= t - EDGE_CLOCK_S]
+        assert before, f"no scrape of {key} answered before {t}"
+        low = self.samples[before[-1]][2][key]
+        for sent, _received, values in self.samples[before[-1] + 1:]:
+            if values is None:
+                continue  # no answer: says nothing
+            assert key in values and values[key] >= low, (
+                f"another server answered around {t} (scrape sent at {sent}): its counters bound nothing here")
+            if sent >= t + EDGE_CLOCK_S:
+                return low, values[key]
+        raise AssertionError(f"no scrape of {key} sent after {t}")
 
     def over(self, level: dict) -> dict:
         """The server's own figures over a level's recorded window, as bounds: generated tokens
         ``(low, high)`` and, for a speculative server, accept length ``(low, high)`` (each
         counter's extremes taken independently, so they hold whatever happened between scrapes)."""
         ws, we = utc(level["window_start_utc"]), utc(level["window_end_utc"])
+        inside = [v for s, r, v in self.samples if v is not None and ws <= s and r <= we]
+        assert inside, f"no scrape answered inside the window {level['window_start_utc']} .. {level['window_end_utc']}"
         out = {}
         for key in ("generated", "drafts", "accepted"):
-            if not any(key in values for unused, unused_too, values in self.samples):
-                continue
-            (lo_s, hi_s), (lo_e, hi_e) = self.bounds(key, ws), self.bounds(key, we)
-            out[key] = (lo_e - hi_s, hi_e - lo_s)
+            if key in inside[0]:  # this server's counters (a plain server has no spec-decode ones)
+                (lo_s, hi_s), (lo_e, hi_e) = self.bounds(key, ws), self.bounds(key, we)
+                out[key] = (lo_e - hi_s, hi_e - lo_s)
         if "drafts" in out and out["drafts"][1] > 0:  # a speculative server
             drafts, accepted = out["drafts"], out["accepted"]
             assert drafts[0] > 0, f"too few drafts in the window to bound accept length: {drafts}"
