@@ -103,7 +103,7 @@ attributes:
   facts:
     support: none
 notes:
-  - The maths lives in C(plugins/module_utils/specbench_compare.py) (standard library only), the rendering in
+  - The maths lives in the package C(plugins/module_utils/specbench_compare/) (standard library only), the rendering in
     C(plugins/module_utils/specbench_report.py).
   - SGLang 0.5.23 reads C(--speculative-adaptive-config) as the path of a JSON file whose integer keys each hold
     an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.

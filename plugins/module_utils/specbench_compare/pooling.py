@@ -1,0 +1,112 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Several runs of one mode (compare_launches, refinement rounds): pooled levels."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from ..specbench_client.stats import t975
+from .common import _interval, _num
+from .verdict import Z975
+
+POOLED_METHOD = (
+    "pooled over {k} launches: the mean of the launch means; standard error sqrt((s_between^2 + mean within-launch "
+    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-t se, t on the Welch-Satterthwaite "
+    "degrees of freedom (k - 1 when the launches disagree more than each launch's own noise says: few launches, "
+    "wide interval), here t = {t:.3g}"
+)
+RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
+
+
+def split_run_name(stem: str) -> tuple[str, str | None]:
+    """'eagle3@refine2' -> ('eagle3', 'refine2'); 'eagle3' -> ('eagle3', None)."""
+    mode, sep, tag = stem.partition(RUN_TAG)
+    return (mode, tag) if sep and tag else (stem, None)
+
+
+def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
+    """One results dict for a mode measured in several runs: ``runs`` is [(tag, results), ...].
+
+    The first run gives the settings and server; levels measured in more than one run are pooled
+    (``POOLED_METHOD``), each level notes its ``launches`` and whether it was ``refined`` (first
+    measured in a refinement round), and ``runs`` lists the runs (tag, path, levels, seconds).
+    """
+    if len(runs) == 1 and runs[0][0] is None:
+        return runs[0][1]
+    ordered = sorted(runs, key=lambda tr: (tr[0] is not None, tr[0] or ""))
+    base = dict(ordered[0][1])
+    by_conc: dict[int, list] = {}
+    listing = []
+    for tag, result in ordered:
+        listing.append({"tag": tag, "path": result.get("_path"), "status": result.get("status"),
+                        "levels": [lv.get("concurrency") for lv in result.get("levels") or [] if isinstance(lv, dict)],
+                        "seconds": run_seconds(result)})
+        for level in result.get("levels") or []:
+            if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+                by_conc.setdefault(level["concurrency"], []).append((tag, level))
+    levels = []
+    for conc in sorted(by_conc):
+        entries = by_conc[conc]
+        pooled = pool_level([lv for unused, lv in entries])
+        pooled["launches"] = len(entries)
+        pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
+        levels.append(pooled)
+    base["levels"] = levels
+    base["runs"] = listing
+    statuses = [r.get("status") for unused, r in ordered]
+    base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
+    base["error"] = next((r.get("error") for unused, r in ordered if r.get("error")), None)
+    return base
+
+
+def pool_level(levels: list[dict]) -> dict:
+    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``)."""
+    if len(levels) == 1:
+        return dict(levels[0])
+    usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
+    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    out = dict(levels[-1])
+    if not usable:
+        return out
+    k = len(usable)
+    xs = [x for unused, x, unused_ci in usable]
+    mean = math.fsum(xs) / k
+    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
+    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
+    within_mean = math.fsum(within) / len(within) if within else 0.0
+    se = math.sqrt((between + within_mean) / k)
+    # The between-launch variance rests on k - 1 degrees of freedom; the within-launch part on
+    # many (each launch's own window). Welch-Satterthwaite: few launches that disagree get t(k-1).
+    df = (between + within_mean) ** 2 * (k - 1) / between ** 2 if between > 0 else math.inf
+    quantile = t975(max(1, math.floor(df))) if math.isfinite(df) else Z975
+    out["output_tok_per_s"] = round(mean, 3)
+    out["output_tok_per_s_ci95"] = ([round(max(0.0, mean - quantile * se), 3), round(mean + quantile * se, 3)]
+                                    if se > 0 else None)
+    out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
+    out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
+    # comparison borrows the throughput's relative width for them).
+    for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
+        stats = [lv.get(key) for lv, unused_x, unused_ci in usable if isinstance(lv.get(key), dict)]
+        if stats:
+            merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
+                      for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
+            out[key] = merged
+    accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
+    accepts = [a for a in accepts if a is not None]
+    out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None
+    out["requests_ok"] = sum(lv.get("requests_ok") or 0 for lv, unused_x, unused_ci in usable)
+    out["requests_failed"] = sum(lv.get("requests_failed") or 0 for lv in levels)
+    return out
+
+
+def run_seconds(result: dict) -> float | None:
+    """Wall seconds a run's sweep took (from its started_at / finished_at), or None."""
+    try:
+        start = datetime.datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(str(result.get("finished_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())
