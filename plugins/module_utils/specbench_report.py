@@ -214,6 +214,12 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
                 f"{r['verdict']} at C={r['from_concurrency']:g}"
                 + ("" if r["to_concurrency"] == r["from_concurrency"] else f" to {r['to_concurrency']:g}")
                 for r in regs) + ".")
+    failed = summary.get("failed_levels") or []
+    if failed:
+        lines.append(f"- **Failed levels** (no verdict there or across them): C={', '.join(f'{c:g}' for c in failed)}.")
+    for item in summary.get("saturated_levels") or []:
+        lines.append(f"- **No evidence** at C={item['concurrency']:g} (saturated: {_md('; '.join(item['reasons']))}): "
+                     "left out of the verdict, the regions and the crossover.")
     lines.append(f"- **Recommendation**: {_md(summary.get('recommendation'))}")
     for note in summary.get("notes") or []:
         lines.append(f"- Note: {_md(note)}")
@@ -244,12 +250,16 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if table:
         lines.append("## SGLang adaptive speculation")
         lines.append("")
-        below = summary.get("speculate_below")
-        if below:
-            lines.append(f"This table turns speculation off from batch size {below} (candidate steps `[0]`, plain "
-                         "decode); below it SGLang's adaptive logic picks the step count from the acceptance it sees.")
-        else:
+        ranges = summary.get("speculate_ranges") or []
+        if ranges == [[1, None]]:
             lines.append("This table keeps speculation on at every batch size measured.")
+        elif ranges:
+            where = ", ".join(f"{a} to {b - 1}" if b else f"from {a}" for a, b in ranges)
+            lines.append(f"This table speculates at batch sizes {where}, where speculation clearly pays, and turns it "
+                         "off (candidate steps `[0]`, plain decode) everywhere else, unclear levels included; where "
+                         "it is on, SGLang's adaptive logic picks the step count from the acceptance it sees.")
+        else:
+            lines.append("This table turns speculation off at every batch size: it pays clearly at no level measured.")
         lines.append("SGLang 0.5.23 reads `--speculative-adaptive-config` as the path of a JSON file (saved next to this "
                      "report as `adaptive-config.json`); it needs `--speculative-adaptive`, EAGLE or EAGLE3, "
                      "`--speculative-eagle-topk 1`. SGLang rounds the running batch up to its CUDA-graph batch size "
@@ -314,6 +324,8 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     for lv in comp.get("levels") or []:
         b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
         errors = "; ".join(_md(e) for e in (b.get("error"), s.get("error")) if e) or ""
+        if lv.get("saturated"):
+            errors = "; ".join(x for x in (errors, "no evidence (saturated: " + _md("; ".join(lv["saturated"])) + ")") if x)
         mark = " (refined)" if lv.get("refined") else ""
         if (lv.get("launches") or 1) > 1:
             mark += f" ({lv['launches']} launches)"
@@ -371,9 +383,9 @@ def _mark_crossover(ax, summary: dict, xmin: float, xmax: float) -> None:
         lo = ci[0] if ci[0] is not None else xmin
         hi = ci[1] if ci[1] is not None else xmax
         if hi > lo:
-            ax.axvspan(lo, hi, color="tab:red", alpha=0.10, label="crossover 95% interval")
+            ax.axvspan(lo, hi, color="tab:red", alpha=0.10, label="crossover 95% interval (bracket of clear levels)")
     if point is not None:
-        ax.axvline(point, color="tab:red", linestyle="--", linewidth=1.2, label=f"crossover C={fmt_conc(point)}")
+        ax.axvline(point, color="tab:red", linestyle="--", linewidth=1.2, label=f"crossover C={fmt_conc(point)} (interpolated)")
 
 
 def _finish_axes(ax, levels: list[float]) -> None:
@@ -488,25 +500,42 @@ def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] 
     }
 
 
+def regions_words(regs) -> str:
+    """[{from 1, to 10, loses}, ...] -> 'loses C=1-10, pays C=30-70' ('-' without regions)."""
+    words = []
+    for r in regs or []:
+        lo, hi = r["from_concurrency"], r["to_concurrency"]
+        words.append(f"{r['verdict']} C={lo:g}" + ("" if hi == lo else f"-{hi:g}"))
+    return ", ".join(words) or "-"
+
+
 def render_index_md(index: dict) -> str:
     lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
     lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
     lines.append("")
-    lines.append("| host | status | crossover C | 95% interval | speculate below | confounders | report |")
-    lines.append("|---|---|---:|---|---:|---:|---|")
+    lines.append("| host | status | verdict | regions | crossover C (interpolated) | 95% interval | speculate at | "
+                 "confounders | report |")
+    lines.append("|---|---|---|---|---:|---|---|---:|---|")
     for host, h in index["hosts"].items():
         ci = h.get("crossover_ci95")
-        ci_text = "-" if not ci else f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to " \
-                                     f"{fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
-        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else \
-            (h.get("crossover_status") or "-").replace("_", " ")
+        ci_text = "-" if not ci else f"{ci[0]:g} to {ci[1]:g}" if None not in ci else \
+            f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to {fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
+        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else "-"
+        ranges = h.get("speculate_ranges") or []
+        where = ", ".join(f"{a}+" if not b else f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in ranges) or "nowhere"
         report = f"[report]({h['report']})" if h.get("report") else "-"
-        lines.append(f"| {host} | {h.get('status')} | {cross} | {ci_text} | {h.get('speculate_below') or '-'} | "
-                     f"{h.get('confounders', 0)} | {report} |")
+        lines.append(f"| {host} | {h.get('status')} | {(h.get('crossover_status') or '-').replace('_', ' ')} | "
+                     f"{regions_words(h.get('regions'))} | {cross} | {ci_text} | {where} | {h.get('confounders', 0)} | "
+                     f"{report} |")
     lines.append("")
     for host, h in index["hosts"].items():
         lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
         for reason in h.get("incomplete_reasons") or []:
             lines.append(f"  - incomplete: {_md(reason)}")
+        saturated = h.get("saturated_levels") or []
+        if saturated:
+            at = ", ".join(f"{item['concurrency']:g}" for item in saturated)
+            lines.append(f"  - no evidence (saturated: C={at}): "
+                         + _md("; ".join(r for s in saturated for r in s["reasons"])))
     lines.append("")
     return "\n".join(lines)

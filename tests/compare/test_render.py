@@ -76,7 +76,7 @@ def test_fleet_index_lists_every_host_and_those_that_produced_nothing():
     assert index["hosts"]["node-b"]["status"] == "failed"
     assert index["hosts"]["node-a"]["report"] == "node-a/report.md"
     text = rep.render_index_md(index)
-    assert "| node-a | complete | 1.29 |" in text and "node-b" in text
+    assert "| node-a | complete | crosses | pays C=1, loses C=2-10 | 1.29 | 1 to 2 | 1 |" in text and "node-b" in text
     json.dumps(index)
 
 

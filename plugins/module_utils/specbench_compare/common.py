@@ -36,13 +36,6 @@ CI_METHOD = (
     "ratio of two independent estimates, delta method on the log scale: each side's 95% interval gives a log "
     "half-width w = (ln hi - ln lo)/2; the ratio's interval is ratio * exp(+-sqrt(w_spec^2 + w_base^2))"
 )
-CROSSOVER_METHOD = (
-    "each level pays (speedup interval above 1), loses (below 1) or is unclear; unclear levels take the verdict of "
-    "their neighbours unless they lie between a paying and a losing level; contiguous levels with one verdict form "
-    "a region; each change of region is a crossing, interpolated linearly in speedup against log(concurrency); its "
-    "95% interval is a seeded parametric bootstrap (2000 draws of every level's log speedup from its interval) "
-    "through the same interpolation; crossover_concurrency is where the lowest-concurrency paying region ends"
-)
 BORROWED_NOTE = "interval borrowed from the throughput interval's relative width (the client gave none)"
 
 

@@ -1,35 +1,36 @@
 # Copyright: specbench developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""The whole-series verdict: status, regions, crossings and the crossover."""
+"""The whole-series verdict: status, regions, crossings and the crossover.
+
+A crossing's interval is model-free: the bracket between the last level that clearly pays and
+the first that clearly loses (or the reverse). Between two levels the speedup curve is not
+measured, and the emulator's own profiles are curved enough in log(concurrency) that an
+interpolation-based interval (a bootstrap through the log-linear line) excluded the true
+crossing (kimi-k2.5-moe: true 17.43, such an interval 14.03 to 15.93; the bracket is 10 to 30).
+Each end of the bracket is a level whose 95% interval lies on its side of 1, so the bracket
+holds the crossing unless one of those two clear verdicts is wrong (at most 2.5% each when the
+speedup changes sign once between them). Only more levels narrow it (compare_refine). The
+log-linear interpolation between the levels is reported inside it, labelled as an estimate.
+"""
 
 from __future__ import annotations
 
 import math
-import random
 
 from .common import _interval, _num, _rnd, fmt_conc
-from .intervals import log_half_width
-from .verdict import (
-    BOOTSTRAP_DRAWS,
-    BOOTSTRAP_SEED,
-    LOSES,
-    PAYS,
-    STARTS,
-    STOPS,
-    UNCLEAR,
-    Z975,
-    level_verdict,
-    regions,
-    settle_verdicts,
-)
+from .verdict import CLEAR, FAILED, PAYS, STARTS, STOPS, UNCLEAR, gaps, level_verdict, regions, series_status
 
 CROSSOVER_METHOD = (
-    "each level pays (speedup interval above 1), loses (below 1) or is unclear; unclear levels take the verdict of "
-    "their neighbours unless they lie between a paying and a losing level; contiguous levels with one verdict form "
-    "a region; each change of region is a crossing, interpolated linearly in speedup against log(concurrency); its "
-    "95% interval is a seeded parametric bootstrap (2000 draws of every level's log speedup from its interval) "
-    "through the same interpolation; crossover_concurrency is where the lowest-concurrency paying region ends"
+    "each level pays (speedup interval above 1), loses (below 1), is unclear (across 1) or failed (a mode measured "
+    "nothing); a level where the client or the engine was saturated is no evidence and is left out; contiguous "
+    "levels with one verdict form a region, and no unclear or failed level is read as its neighbours' verdict; each "
+    "change between a paying and a losing region is a crossing, and its 95% interval is the model-free bracket "
+    "between the last level that clearly pays and the first that clearly loses (or the reverse); the point inside it "
+    "is a log-linear interpolation of the speedup between the levels, an estimate, since the curve between levels is "
+    "not measured; crossover_concurrency is where the lowest-concurrency paying region ends"
 )
+# A bracket wider than this (hi/lo) gets the advice to add levels inside it.
+ADD_LEVELS_RATIO = 1.3
 
 
 def _interp_at_one(c0: float, v0: float, c1: float, v1: float) -> float:
@@ -40,148 +41,15 @@ def _interp_at_one(c0: float, v0: float, c1: float, v1: float) -> float:
     return math.exp(math.log(c0) + frac * (math.log(c1) - math.log(c0)))
 
 
-def _crossing_in(concs: list[float], values: list[float], anchor: int, end: int, direction: str) -> float:
-    """Where ``values`` leave the anchor's side of 1, searched from ``anchor`` up to ``end``.
-
-    ``direction`` stops_paying: the anchor should be >= 1 and the crossing is the first drop
-    below 1 after it; starts_paying mirrors it. When the anchor itself is on the far side, the
-    search goes back for the last level on the near side. -inf / +inf: no crossing below the
-    first level / up to ``end``.
-    """
+def interpolated_crossing(concs: list[float], values: list[float], direction: str) -> float | None:
+    """Where ``values`` first leave the first level's side of 1 (log-linear between levels), or None."""
     def near(v):
         return v >= 1.0 if direction == STOPS else v < 1.0
 
-    if near(values[anchor]):
-        for k in range(anchor + 1, end + 1):
-            if not near(values[k]):
-                return _interp_at_one(concs[k - 1], values[k - 1], concs[k], values[k])
-        return math.inf
-    for k in range(anchor - 1, -1, -1):
-        if near(values[k]):
-            return _interp_at_one(concs[k], values[k], concs[k + 1], values[k + 1])
-    return -math.inf
-
-
-def _log_sd(value: float, ci) -> float:
-    """Standard deviation of ln(speedup) from its 95% interval (0 without one)."""
-    ci = _interval(ci)
-    if ci is None or value <= 0:
-        return 0.0
-    return log_half_width(value, ci) / Z975
-
-
-def crossing_interval(concs, values, sds, anchor, end, direction, draws=BOOTSTRAP_DRAWS, seed=BOOTSTRAP_SEED):
-    """95% interval of one crossing: a parametric bootstrap through the interpolation.
-
-    Each level's log speedup is drawn from a normal with its interval's standard error (levels
-    are independent: separate windows), the crossing found again in each draw by the same
-    rule, and the 2.5th and 97.5th percentiles taken. An end is open (None) when more than
-    2.5% of the draws find no crossing on that side of the measured levels.
-    """
-    rng = random.Random(seed)
-    logs = [math.log(v) for v in values]
-    found = []
-    for _dummy in range(draws):
-        drawn = [math.exp(lv + rng.gauss(0.0, sd)) if sd else math.exp(lv) for lv, sd in zip(logs, sds, strict=True)]
-        found.append(_crossing_in(concs, drawn, anchor, end, direction))
-    found.sort()
-    lo, hi = found[int(0.025 * (draws - 1))], found[int(math.ceil(0.975 * (draws - 1)))]
-    return (None if math.isinf(lo) else lo), (None if math.isinf(hi) else hi)
-
-
-def _ci_text(lo, hi, c_min, c_max) -> str:
-    low = fmt_conc(lo) if lo is not None else f"below C={c_min:g}"
-    high = fmt_conc(hi) if hi is not None else f"above C={c_max:g}"
-    return f"{low} to {high}"
-
-
-def crossover(levels: list[dict], draws: int = BOOTSTRAP_DRAWS) -> dict:
-    """The whole-series verdict from per-level speedups (``levels``: concurrency, speedup, speedup_ci95).
-
-    Returns status (crosses, multiple, never_pays, pays_everywhere, unclear, unknown), regions,
-    crossings (each with direction, concurrency, ci95, bracket), and the first stops_paying
-    crossing after the lowest-concurrency paying region as concurrency, ci95, bracket and text.
-    """
-    usable = sorted(
-        (lv for lv in levels if _num(lv.get("speedup")) is not None and _num(lv.get("speedup")) > 0
-         and _num(lv.get("concurrency"))),
-        key=lambda lv: lv["concurrency"],
-    )
-    notes: list[str] = []
-    missing = [lv.get("concurrency") for lv in levels if _num(lv.get("speedup")) is None]
-    empty = {"concurrency": None, "ci95": None, "ci95_text": None, "bracket": None, "regions": [], "crossings": []}
-    if not usable:
-        return dict(empty, status="unknown", notes=notes,
-                    text="no level has both modes measured: no crossover can be given")
-    if missing:
-        inner = [c for c in missing if usable[0]["concurrency"] < c < usable[-1]["concurrency"]]
-        notes.append(f"C={', '.join(str(c) for c in missing)} has no speedup (a mode not measured there): the regions "
-                     "join the levels on either side" + (" across it" if inner else ""))
-    concs = [float(lv["concurrency"]) for lv in usable]
-    values = [float(lv["speedup"]) for lv in usable]
-    sds = []
-    for lv, conc, value in zip(usable, concs, values, strict=True):
-        if _interval(lv.get("speedup_ci95")) is None:
-            notes.append(f"C={conc:g} has no interval on its speedup: the verdict and the crossover take it as exact")
-        sds.append(_log_sd(value, lv.get("speedup_ci95")))
-    raw = [level_verdict(lv["speedup"], lv.get("speedup_ci95")) for lv in usable]
-    settled = settle_verdicts(raw)
-    for lv, r, s in zip(usable, raw, settled, strict=True):
-        if r == UNCLEAR and s != UNCLEAR:
-            notes.append(f"C={lv['concurrency']:g}: speedup {lv['speedup']:.3f} with an interval across 1 (unclear) "
-                         f"is read with its neighbours as {s}")
-    regs = regions(list(zip(concs, settled, strict=True)))
-    definite = [r for r in regs if r["verdict"] != UNCLEAR]
-    c_min, c_max = concs[0], concs[-1]
-    crossings = []
-    for a, b in zip(definite, definite[1:], strict=False):
-        direction = STOPS if a["verdict"] == PAYS else STARTS
-        anchor = a["last"]
-        point = _crossing_in(concs, values, anchor, b["last"], direction)
-        if math.isinf(point):  # the point estimates do not cross between the two regions' ends
-            point = math.sqrt(concs[a["last"]] * concs[b["first"]])
-        lo, hi = crossing_interval(concs, values, sds, anchor, b["last"], direction, draws)
-        crossings.append({
-            "direction": direction,
-            "concurrency": _rnd(point, 3),
-            "ci95": [_rnd(lo, 3), _rnd(hi, 3)],
-            "ci95_text": _ci_text(lo, hi, c_min, c_max),
-            "bracket": [concs[a["last"]], concs[b["first"]]],
-        })
-    kinds = [r["verdict"] for r in definite]
-    if not kinds:
-        status = "unclear"
-    elif kinds == [PAYS]:
-        status = "pays_everywhere"
-    elif kinds == [LOSES]:
-        status = "never_pays"
-    elif kinds == [PAYS, LOSES]:
-        status = "crosses"
-    else:
-        status = "multiple"
-    first_pays = next((n for n, r in enumerate(definite) if r["verdict"] == PAYS), None)
-    main = crossings[first_pays] if first_pays is not None and first_pays < len(crossings) else None
-    public_regions = [{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict", "levels")} for r in regs]
-    out = dict(empty, status=status, regions=public_regions, crossings=crossings, notes=notes)
-    # Levels whose interval straddles 1 but that were read with their neighbours: the texts name
-    # them, so that "slower at every level" is never said of a level that was not clearly slower.
-    out["unclear_read_as"] = [c for c, r, s in zip(concs, raw, settled, strict=True) if r == UNCLEAR and s != UNCLEAR]
-    if main:
-        out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
-                   bracket=main["bracket"])
-    text = _verdict_text(status, regs, crossings, main, values, concs)
-    if out["unclear_read_as"]:
-        text = text.replace("at every level measured", "at every level where the difference is clear")
-    out["text"] = text + _unclear_words(out["unclear_read_as"])
-    return out
-
-
-def _unclear_words(concs: list[float]) -> str:
-    """The clause that names unclear levels read with their neighbours ('' when none)."""
-    if not concs:
-        return ""
-    where = ", ".join(f"C={c:g}" for c in concs)
-    return f" ({where}: the speedup's interval straddles 1, unclear on its own, read with its neighbours)"
+    for k in range(1, len(values)):
+        if near(values[k - 1]) and not near(values[k]):
+            return _interp_at_one(concs[k - 1], values[k - 1], concs[k], values[k])
+    return None
 
 
 def _region_words(reg: dict) -> str:
@@ -190,29 +58,104 @@ def _region_words(reg: dict) -> str:
     return f"C={reg['from_concurrency']:g} to {reg['to_concurrency']:g}"
 
 
-def _verdict_text(status, regs, crossings, main, values, concs) -> str:
-    c_min, c_max = concs[0], concs[-1]
-    if status == "unclear":
-        return (f"unclear: the speedup's 95% interval straddles 1 at every level measured (C={c_min:g} to {c_max:g}); "
-                "repeat the levels (compare_launches) or lengthen the window")
+def _conc_list(concs) -> str:
+    concs = [f"{c:g}" for c in concs]
+    return concs[0] if len(concs) == 1 else ", ".join(concs[:-1]) + " and " + concs[-1]
+
+
+def crossover(levels: list[dict]) -> dict:
+    """The whole-series verdict from per-level speedups.
+
+    ``levels``: concurrency, speedup, speedup_ci95, and optionally ``failed`` (why a mode measured
+    nothing there) and ``saturated`` (why the level is no evidence). Returns status (see
+    ``verdict.series_status``), regions, crossings (direction, concurrency: the interpolated
+    estimate, ci95 = bracket: the model-free interval), the first stops_paying crossing after the
+    lowest-concurrency paying region as concurrency / ci95 / bracket, ``gaps`` (unclear or failed
+    regions that are no crossing), ``failed``, ``excluded`` (saturated levels), ``measured``
+    ([lowest, highest] level with evidence), notes and the text.
+    """
+    notes: list[str] = []
+    excluded, missing, points, values = [], [], [], []
+    for lv in sorted((lv for lv in levels if _num(lv.get("concurrency"))), key=lambda lv: lv["concurrency"]):
+        conc = float(lv["concurrency"])
+        speedup = _num(lv.get("speedup"))
+        if lv.get("saturated"):
+            excluded.append({"concurrency": conc, "reasons": list(lv["saturated"])})
+        elif lv.get("failed"):
+            points.append((conc, FAILED))
+            values.append(None)
+        elif speedup is None or speedup <= 0:
+            missing.append(conc)
+        else:
+            if _interval(lv.get("speedup_ci95")) is None:
+                notes.append(f"C={conc:g} has no interval on its speedup: the verdict takes it as exact")
+            points.append((conc, level_verdict(speedup, lv.get("speedup_ci95"))))
+            values.append(speedup)
+    if missing:
+        notes.append(f"C={_conc_list(missing)} has no speedup (a mode not measured there): the regions join the "
+                     "levels on either side")
+    if excluded:
+        notes.append(f"C={_conc_list([e['concurrency'] for e in excluded])}: no evidence about the node (saturated: "
+                     + "; ".join(f"C={e['concurrency']:g}: {', '.join(e['reasons'])}" for e in excluded)
+                     + "): left out of the verdict, the regions and the crossover")
+    failed = [c for c, v in points if v == FAILED]
+    if failed:
+        notes.append(f"C={_conc_list(failed)} failed in a mode: a region of its own, no verdict across it; "
+                     "refinement measures it again")
+    out = {"concurrency": None, "ci95": None, "ci95_text": None, "bracket": None, "regions": [], "crossings": [],
+           "gaps": [], "failed": failed, "excluded": excluded, "notes": notes,
+           "measured": [points[0][0], points[-1][0]] if points else None}
+    if not points:
+        return dict(out, status="unknown", text="no level has both modes measured with evidence: no verdict can be given")
+    regs = regions(points)
+    status = series_status(regs)
+    concs = [c for c, unused in points]
+    definite = [r for r in regs if r["verdict"] in CLEAR]
+    crossings = []
+    for a, b in zip(definite, definite[1:], strict=False):
+        if a["verdict"] == b["verdict"]:
+            continue
+        direction = STOPS if a["verdict"] == PAYS else STARTS
+        span = [(concs[i], values[i]) for i in range(a["last"], b["first"] + 1) if values[i] is not None]
+        point = interpolated_crossing([c for c, unused in span], [v for unused, v in span], direction)
+        lo, hi = concs[a["last"]], concs[b["first"]]
+        point = math.sqrt(lo * hi) if point is None else min(hi, max(lo, point))
+        crossings.append({"direction": direction, "concurrency": _rnd(point, 3), "estimate": "interpolated",
+                          "ci95": [lo, hi], "ci95_text": f"{lo:g} to {hi:g}", "bracket": [lo, hi]})
+    first_pays = next((n for n, r in enumerate(definite) if r["verdict"] == PAYS), None)
+    main = next((c for c in crossings if c["direction"] == STOPS and first_pays is not None
+                 and c["bracket"][0] >= concs[definite[first_pays]["last"]]), None)
+    public = [{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict", "levels")} for r in regs]
+    out.update(status=status, regions=public, crossings=crossings,
+               gaps=[{k: r[k] for k in ("from_concurrency", "to_concurrency", "verdict")} for r in gaps(regs)])
+    if main:
+        out.update(concurrency=main["concurrency"], ci95=main["ci95"], ci95_text=main["ci95_text"],
+                   bracket=main["bracket"])
+    out["text"] = _verdict_text(status, public, crossings, main, dict(zip(concs, values, strict=True)))
+    return out
+
+
+def _verdict_text(status, regs, crossings, main, value_at) -> str:
+    c_min, c_max = regs[0]["from_concurrency"], regs[-1]["to_concurrency"]
+    if status == UNCLEAR:
+        return (f"unclear: at no level measured (C={c_min:g} to {c_max:g}) is the difference clear: the speedup's 95% "
+                "interval straddles 1 (or a mode failed); repeat the levels (compare_launches) or lengthen the window")
     if status == "pays_everywhere":
-        return f"speculation pays at every level measured, up to C={c_max:g}"
+        return f"speculation pays clearly at every level measured, up to C={c_max:g}"
     if status == "never_pays":
-        return f"speculation never pays: it is slower at every level measured, from C={c_min:g} to C={c_max:g}"
+        return f"speculation is slower at every level measured, from C={c_min:g} to C={c_max:g}"
     parts = []
     for reg in regs:
-        parts.append(f"{reg['verdict']} at {_region_words(reg)}")
+        word = {UNCLEAR: "unclear (the data cannot tell)", FAILED: "failed (no verdict)"}.get(reg["verdict"],
+                                                                                              reg["verdict"])
+        parts.append(f"{word} at {_region_words(reg)}")
     text = "regions: " + "; ".join(parts)
-    if main:
-        a_idx = concs.index(main["bracket"][0])
-        b_idx = concs.index(main["bracket"][1])
-        text = (f"speculation stops paying at concurrency {fmt_conc(main['concurrency'])} (95% interval "
-                f"{main['ci95_text']}), between the levels C={main['bracket'][0]:g} (speedup {values[a_idx]:.3f}) and "
-                f"C={main['bracket'][1]:g} ({values[b_idx]:.3f}); " + text)
     for cross in crossings:
-        if cross is main:
-            continue
-        verb = "stops paying" if cross["direction"] == STOPS else "starts paying again" if main and \
-            cross["concurrency"] > main["concurrency"] else "starts paying"
-        text += f"; it {verb} at C={fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})"
+        lo, hi = cross["bracket"]
+        verb = "stops paying" if cross["direction"] == STOPS else "starts paying"
+        near, far = ("pays", "loses") if cross["direction"] == STOPS else ("loses", "pays")
+        lead = (f"speculation {verb} between C={lo:g} (speedup {value_at[lo]:.3f}, {near} clearly) and C={hi:g} "
+                f"({value_at[hi]:.3f}, {far} clearly), the 95% interval; interpolated estimate "
+                f"{fmt_conc(cross['concurrency'])}")
+        text = (lead + "; " + text) if cross is main else (text + "; " + lead)
     return text

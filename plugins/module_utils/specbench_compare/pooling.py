@@ -9,13 +9,13 @@ import math
 
 from ..specbench_client.stats import t975
 from .common import _interval, _num
-from .verdict import Z975
+from .verdict import Z975, level_saturation
 
 POOLED_METHOD = (
-    "pooled over {k} launches: the mean of the launch means; standard error sqrt((s_between^2 + mean within-launch "
-    "se^2) / k), so launch-to-launch variation and drift are in it; 95% = +-t se, t on the Welch-Satterthwaite "
-    "degrees of freedom (k - 1 when the launches disagree more than each launch's own noise says: few launches, "
-    "wide interval), here t = {t:.3g}"
+    "pooled over {k} launches: the mean of the launch means; standard error sqrt(max(s_between^2, mean within-launch "
+    "se^2) / k), where s_between^2 is the launch means' sample variance (it holds launch-to-launch variation and "
+    "drift); 95% = +-t se on the k - 1 degrees of freedom the launch means give (few launches: wide interval), "
+    "here t = {t:.3g}"
 )
 RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
 
@@ -62,11 +62,17 @@ def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
 
 
 def pool_level(levels: list[dict]) -> dict:
-    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``)."""
+    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``).
+
+    Launches that measured nothing, and saturated launches when another launch kept up, are left out.
+    """
     if len(levels) == 1:
         return dict(levels[0])
     usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
     usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    # A saturated launch is no evidence: pooled only when no launch at that level kept up.
+    unsaturated = [(lv, x, ci) for lv, x, ci in usable if not level_saturation(lv)]
+    usable = unsaturated or usable
     out = dict(levels[-1])
     if not usable:
         return out
@@ -76,11 +82,14 @@ def pool_level(levels: list[dict]) -> dict:
     between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
     within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
     within_mean = math.fsum(within) / len(within) if within else 0.0
-    se = math.sqrt((between + within_mean) / k)
-    # The between-launch variance rests on k - 1 degrees of freedom; the within-launch part on
-    # many (each launch's own window). Welch-Satterthwaite: few launches that disagree get t(k-1).
-    df = (between + within_mean) ** 2 * (k - 1) / between ** 2 if between > 0 else math.inf
-    quantile = t975(max(1, math.floor(df))) if math.isfinite(df) else Z975
+    # Each launch mean is the truth plus a launch effect plus its window's noise: the launch means'
+    # sample variance estimates the whole of a launch mean's variance, on k - 1 degrees of freedom,
+    # whatever the launches' disagreement; t(k - 1) then holds exactly (normal launch means, equal
+    # windows). It is never taken below the launches' own mean squared standard error (the floor
+    # only widens the interval). A data-driven df (Welch-Satterthwaite on between + within) gave
+    # t near 2 whenever two launches happened to agree, and covered 88% when launches differed.
+    se = math.sqrt(max(between, within_mean) / k)
+    quantile = t975(k - 1) if k > 1 else Z975
     out["output_tok_per_s"] = round(mean, 3)
     out["output_tok_per_s_ci95"] = ([round(max(0.0, mean - quantile * se), 3), round(mean + quantile * se, 3)]
                                     if se > 0 else None)
@@ -99,6 +108,11 @@ def pool_level(levels: list[dict]) -> dict:
     out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None
     out["requests_ok"] = sum(lv.get("requests_ok") or 0 for lv, unused_x, unused_ci in usable)
     out["requests_failed"] = sum(lv.get("requests_failed") or 0 for lv in levels)
+    # A launch that was saturated taints the pooled level: it carries every launch's reason.
+    reasons = [why for lv, unused_x, unused_ci in usable for why in level_saturation(lv)]
+    out["saturated"] = list(dict.fromkeys(reasons))
+    out["client"] = next((lv.get("client") for lv, unused_x, unused_ci in usable if level_saturation(lv)),
+                         usable[-1][0].get("client"))
     return out
 
 

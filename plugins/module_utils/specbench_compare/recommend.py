@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 from .common import fmt_conc
-from .crossover import _unclear_words
-from .verdict import PAYS, STARTS, STOPS, UNCLEAR
+from .crossover import ADD_LEVELS_RATIO
+from .verdict import FAILED, LOSES, PAYS, STARTS, STOPS, UNCLEAR
 
 # SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
 # from batch size N, the candidate draft-step counts; 0 is plain decode.
@@ -16,30 +16,38 @@ SGLANG_DEFAULT_ADAPTIVE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64"
 
 
 
-def speculate_ranges(cross: dict, c_min: float | None) -> list[list]:
-    """Concurrency ranges to speculate in, [from, below) with below None for open: from the regions.
+def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
+    """Concurrency ranges to speculate in, [from, below) with below None for open: from clear verdicts only.
 
-    A stops_paying crossing at x ends a range at ceil(x); a starts_paying crossing at y starts
-    one at ceil(y). A series that starts paying starts its range at 1.
+    A paying region's range starts at 1 when it is the lowest region, at ceil(y) after a
+    starts_paying crossing at y, else at its first level (below it the data cannot tell); it ends
+    at ceil(x) at a stops_paying crossing at x, stays open when the region is the highest (it pays
+    clearly at the top level), else ends just above its last level (above it the data cannot tell).
     """
+    del c_min
     status = cross.get("status")
-    if status == "pays_everywhere":
+    regs = cross.get("regions") or []
+    if status == "pays_everywhere" and not regs:
         return [[1, None]]
     if status == "crosses" and not cross.get("crossings") and cross.get("concurrency"):
         return [[1, max(1, math.ceil(cross["concurrency"] - 1e-9))]]
-    if status in ("never_pays", "unclear", "unknown") or not cross.get("regions"):
-        return []
-    definite = [r for r in cross["regions"] if r["verdict"] != UNCLEAR]
+    crossings = cross.get("crossings") or []
     ranges: list[list] = []
-    if definite and definite[0]["verdict"] == PAYS:
-        ranges.append([1, None])
-    for c in cross.get("crossings") or []:
-        edge = max(1, math.ceil(c["concurrency"] - 1e-9))
-        if c["direction"] == STOPS and ranges and ranges[-1][1] is None:
-            ranges[-1][1] = max(edge, ranges[-1][0] + 1)
-        elif c["direction"] == STARTS:
-            ranges.append([edge, None])
-    del c_min
+    for n, reg in enumerate(regs):
+        if reg["verdict"] != PAYS:
+            continue
+        start = next((c for c in crossings if c["direction"] == STARTS and c["bracket"][1] == reg["from_concurrency"]),
+                     None)
+        stop = next((c for c in crossings if c["direction"] == STOPS and c["bracket"][0] == reg["to_concurrency"]), None)
+        if start:
+            first = max(1, math.ceil(start["concurrency"] - 1e-9))
+        else:
+            first = 1 if n == 0 else int(math.ceil(reg["from_concurrency"]))
+        if stop:
+            below = max(first + 1, math.ceil(stop["concurrency"] - 1e-9))
+        else:
+            below = None if n == len(regs) - 1 else int(math.floor(reg["to_concurrency"])) + 1
+        ranges.append([first, below])
     return ranges
 
 
@@ -118,58 +126,92 @@ def _ranges_words(ranges: list[list]) -> str:
     return " and again ".join(words)
 
 
+def _regions_words(regs: list[dict], verdicts: tuple) -> str:
+    parts = []
+    for reg in regs:
+        if reg["verdict"] in verdicts:
+            lo, hi = reg["from_concurrency"], reg["to_concurrency"]
+            parts.append(f"C={lo:g}" if lo == hi else f"C={lo:g} to {hi:g}")
+    return " and ".join(parts)
+
+
+def _unmeasured_words(cross: dict, c_min: float | None, c_max: float | None) -> str:
+    """What the advice cannot speak for: above the highest level, below the lowest, levels left out."""
+    if c_max is None:
+        return ""
+    text = f" Nothing was measured above C={c_max:g}"
+    text += f" or below C={c_min:g}" if c_min is not None and c_min > 1 else ""
+    text += ": the advice does not reach there."
+    excluded = cross.get("excluded") or []
+    if excluded:
+        where = ", ".join(f"{e['concurrency']:g}" for e in excluded)
+        text += (f" C={where} measured the machine, not the node "
+                 f"(saturated: {'; '.join(', '.join(e['reasons']) for e in excluded)}): no evidence; measure again "
+                 "where client and server keep up.")
+    return text
+
+
 def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
-    """The advice from the regions: where to speculate, and the adaptive table that does it
-    (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``)."""
+    """The advice from the regions, and the adaptive table that carries it out, built only from clear
+    verdicts (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``). Every
+    text says what was not measured, at both ends, and which levels were no evidence."""
     status = cross["status"]
-    c_max = max(levels_measured) if levels_measured else None
-    c_min = min(levels_measured) if levels_measured else None
-    ranges = speculate_ranges(cross, c_min)
-    below = ranges[0][1] if status == "crosses" and ranges else None
+    measured = cross.get("measured") or ([min(levels_measured), max(levels_measured)] if levels_measured else None)
+    c_min, c_max = (measured or [None, None])
+    ranges = speculate_ranges(cross)
+    below = ranges[0][1] if len(ranges) == 1 and ranges[0][0] <= 1 and ranges[0][1] else None
+    regs = cross.get("regions") or []
+    holes = cross.get("gaps") or []
     table = None
-    if status == "crosses":
+    if ranges:
         table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
-        text = (
-            f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
-            f"speculation. Crossover {fmt_conc(cross['concurrency'])} (95% interval {cross['ci95_text']})."
-        )
-        gap = cross.get("bracket") or [None, None]
-        lo, hi = (cross.get("ci95") or [None, None])
-        if gap[0] and gap[1] and gap[1] / gap[0] > 1.5 and (lo is None or hi is None or hi / lo > 1.3):
-            text += (
-                f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
-                "(compare_refine: true) to pin it down."
-            )
-    elif status == "multiple":
-        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
-        where = _ranges_words(ranges) if ranges else "nowhere"
-        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
-                f"changes more than once ({len(cross.get('crossings') or [])} crossings). SGLang's adaptive config "
-                "below turns speculation off and on again by batch size.")
-    elif status == "never_pays":
+    elif status not in ("unclear", "unknown"):
         table = adaptive_table_for([])
-        if c_min is not None and c_min <= 1:
-            text = (
-                f"Do not speculate: {spec_mode} is slower than the baseline at every level "
-                f"{'where the difference is clear' if cross.get('unclear_read_as') else 'measured'}, "
-                f"from C={c_min:g}{_unclear_words(cross.get('unclear_read_as') or [])}. Serve the baseline mode."
-            )
-        else:
-            text = (
-                f"Do not speculate at C={c_min:g} or more: {spec_mode} is slower at every level measured. "
-                f"Below C={c_min:g} nothing was measured: add lower levels to find out."
-            )
+    where = _ranges_words(ranges) if ranges else "nowhere"
+    if status == "crosses":
+        text = (f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
+                "speculation." if below else
+                f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation.")
+        text += f" It stops paying between C={_bracket_words(cross)}"
+        gap = cross.get("bracket") or [None, None]
+        if gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
+            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+                     "(compare_refine: true) to pin it down.")
+    elif status in ("multiple", "loses_then_pays"):
+        n = len(cross.get("crossings") or [])
+        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
+                + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
+                + f" ({'; '.join(_crossing_words(c) for c in cross.get('crossings') or [])}). SGLang's adaptive config "
+                "below turns speculation on and off by batch size.")
+    elif status == "never_pays":
+        text = (f"Do not speculate at C={c_min:g} to {c_max:g}: {spec_mode} is slower than the baseline at every "
+                "level measured there.")
     elif status == "pays_everywhere":
-        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
-        text = (
-            f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: the crossover lies above. "
-            "Add higher levels to find where it stops paying."
-        )
+        text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
+                "level. Add higher levels to find where it stops paying.")
+    elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
+        text = (f"Speculate ({spec_mode}) at concurrency {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
+                f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
+                "(compare_launches: 2 or more, longer windows, compare_refine: true); until then the table below runs "
+                "without speculation there.")
+    elif status.startswith("loses_") or status.startswith("unclear_then_loses"):
+        text = (f"Do not speculate at {_regions_words(regs, (LOSES,))}: {spec_mode} is slower there. At "
+                f"{_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
+                "(compare_launches: 2 or more, longer windows, compare_refine: true).")
     elif status == "unclear":
-        text = ("No recommendation yet: at every level the speedup's interval straddles 1. Measure again with "
-                "compare_launches: 2 or more, or longer windows.")
+        text = ("No recommendation yet: at no level is the difference clear (the speedup's interval straddles 1, or "
+                "a mode failed). Measure again with compare_launches: 2 or more, or longer windows.")
     else:
-        text = "No recommendation: no level has both modes measured."
+        text = "No recommendation: no level has both modes measured with evidence."
+    if holes and status in ("crosses", "multiple", "loses_then_pays"):
+        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there; the table "
+                 "runs without speculation there.")
+    failed = cross.get("failed") or []
+    if failed:
+        text += (f" C={', '.join(f'{c:g}' for c in failed)} failed in a mode: no verdict there or across it; "
+                 "refinement measures it again.")
+    if status != "unknown":
+        text += _unmeasured_words(cross, c_min, c_max)
     return {
         "text": text,
         "speculate_below": below,
@@ -177,3 +219,19 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         "adaptive_table": table,
         "adaptive_config": sglang_adaptive_config(table) if table else None,
     }
+
+
+def _bracket_words(cross: dict) -> str:
+    """'30 and C=70 (the last level that clearly pays, the first that clearly loses: the 95% interval); ...'."""
+    lo, hi = cross.get("bracket") or [None, None]
+    point = fmt_conc(cross.get("concurrency"))
+    if lo is None:
+        return f"{point} (95% interval {cross.get('ci95_text') or 'not given'})."
+    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the 95% "
+            f"interval); {point} is a log-linear interpolation between the levels, an estimate.")
+
+
+def _crossing_words(cross: dict) -> str:
+    verb = "stops paying" if cross["direction"] == STOPS else "starts paying"
+    lo, hi = cross["bracket"]
+    return f"it {verb} between C={lo:g} and C={hi:g}, near {fmt_conc(cross['concurrency'])} (interpolated)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .verdict import UNCLEAR
+from .verdict import FAILED, UNCLEAR
 
 REFINE_MIN_STEP = 1.08  # a bracket narrower than this (hi/lo) has no level worth adding inside
 
@@ -15,8 +15,9 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
                 level_cost_s: float = 0.0, launch_cost_s: float = 0.0, max_new: int = 4, modes: int = 2) -> dict:
     """The next refinement round for one comparison (a compare_pair / summary dict).
 
-    For every crossing whose 95% interval is open or wider than ``ratio`` (hi/lo), the geometric
-    midpoint of its bracket (rounded, not yet measured); every ``unclear`` level is measured again
+    For every crossing whose 95% interval (the model-free bracket between the last level that
+    clearly pays and the first that clearly loses) is wider than ``ratio`` (hi/lo), the geometric
+    midpoint of its bracket (rounded, not yet measured); every ``unclear`` or ``failed`` level is measured again
     (its runs pooled), at most ``max_new`` more times. Both modes at each level, one launch per mode.
     Done when nothing is left to refine, when the levels added so far reach ``max_new``, or when
     the round's estimated cost (``modes`` x (``launch_cost_s`` + levels x ``level_cost_s``)) would
@@ -52,6 +53,9 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         if lv.get("verdict") == UNCLEAR and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
             repeat.append(int(conc))
             why.append(f"C={conc}: unclear (speedup {lv.get('speedup')} {lv.get('speedup_ci95')}), measured again")
+        elif lv.get("verdict") == FAILED and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
+            repeat.append(int(conc))
+            why.append(f"C={conc}: failed ({lv.get('failed')}), measured again")
     widths = []
     for cross in crossings:
         lo, hi = (cross.get("ci95") or [None, None])
@@ -63,8 +67,9 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         todo = sorted(set(new) | set(repeat))
     cost = modes * (launch_cost_s + len(todo) * level_cost_s) if todo else 0.0
     done, reason = False, ""
-    if crossings and all(w is not None and w < ratio for w in widths):
-        done, reason = True, f"every crossing's interval is within hi/lo {ratio:g}"
+    failed_left = [c for c in repeat if any(lv.get("concurrency") == c and lv.get("verdict") == FAILED for lv in levels)]
+    if crossings and all(w is not None and w < ratio for w in widths) and not failed_left:
+        done, reason = True, f"every crossing's interval (its bracket) is within hi/lo {ratio:g}"
     elif not crossings and not todo:
         done, reason = True, f"no crossing to refine and no unclear level ({comparison.get('crossover_status')})"
     elif not todo:

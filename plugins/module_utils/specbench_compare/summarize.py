@@ -9,7 +9,7 @@ from .confounders import _server, _server_info, capacity_settings, confounders, 
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, level_figures, ratio_ci
 from .recommend import recommendation
-from .verdict import level_verdict
+from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
 
 
 def _mode_level_row(level: dict) -> dict:
@@ -67,14 +67,19 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["per_stream_speedup_ci95"] = _rnd_pair(stream[1])
         row["tpot_speedup"] = _rnd(tpot[0])
         row["tpot_speedup_ci95"] = _rnd_pair(tpot[1])
-        row["verdict"] = verdict(row["speedup"], row["speedup_ci95"], bl, sl)
+        failed = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) if (why := level_failure(lv))]
+        saturated = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) for why in level_saturation(lv)]
+        row["failed"] = "; ".join(failed) or None
+        row["saturated"] = saturated
+        row["verdict"] = (SATURATED if saturated else FAILED if failed
+                          else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
     cross = crossover(rows)
-    measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None]
+    measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
     rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
     if borrowed:
@@ -90,6 +95,9 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "crossover_text": cross["text"],
         "regions": cross["regions"],
         "crossings": cross["crossings"],
+        "gaps": cross["gaps"],
+        "failed_levels": cross["failed"],
+        "saturated_levels": cross["excluded"],
         "recommendation": rec["text"],
         "speculate_below": rec["speculate_below"],
         "speculate_ranges": rec["speculate_ranges"],
@@ -194,6 +202,13 @@ def summarize_host(
                 lost = [c for c in wanted if c not in got]
                 if lost:
                     incomplete.append(f"{mode}: levels not measured: C={', '.join(map(str, lost))}")
+    for mode in modes:
+        for level in (results.get(mode) or {}).get("levels") or []:
+            why = level_failure(level)
+            if why and not any(why in reason for reason in incomplete):
+                incomplete.append(f"{mode}: C={level.get('concurrency')} failed: {why}")
+            elif why:
+                incomplete.append(f"{mode}: C={level.get('concurrency')} failed (above)")
     comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes})
     primary = comparisons[spec_modes[0]] if spec_modes else None
@@ -223,6 +238,9 @@ def summarize_host(
         "crossover_text",
         "regions",
         "crossings",
+        "gaps",
+        "failed_levels",
+        "saturated_levels",
         "recommendation",
         "speculate_below",
         "speculate_ranges",
@@ -288,13 +306,18 @@ def compact(summary: dict) -> dict:
         "crossover_concurrency": summary.get("crossover_concurrency"),
         "crossover_ci95": summary.get("crossover_ci95"),
         "regions": summary.get("regions"),
+        "crossings": summary.get("crossings"),
+        "failed_levels": summary.get("failed_levels") or [],
+        "saturated_levels": summary.get("saturated_levels") or [],
         "recommendation": summary.get("recommendation"),
         "speculate_below": summary.get("speculate_below"),
+        "speculate_ranges": summary.get("speculate_ranges"),
         "adaptive_config": summary.get("adaptive_config"),
         "confounders": len(summary.get("confounders") or []),
         "incomplete_reasons": summary.get("incomplete_reasons") or [],
         "levels": [
-            {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
+            {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"],
+             "verdict": lv.get("verdict")}
             for lv in summary.get("levels") or []
         ],
     }
