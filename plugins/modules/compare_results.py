@@ -14,10 +14,15 @@ description:
     writes them, and for each host compares every speculative mode against the baseline mode.
   - Per level the speedup (speculative / baseline throughput), the per-stream decode speedup and the TPOT
     speedup, each with a 95% interval (delta method on the log scale over both sides' intervals).
-  - The crossover concurrency where speculation stops paying, interpolated between levels on a log scale, with
-    the interval where the speedup interval's ends cross 1; C(pays_everywhere) and C(never_pays) said as such.
-  - A recommendation (speculate below concurrency N) and an SGLang C(--speculative-adaptive-config) table that
-    turns speculation off from that batch size.
+  - Each level pays, loses, is unclear (its speedup interval straddles 1) or failed (a mode measured nothing);
+    a level where the client or the engine was saturated is no evidence and is left out, named. Unclear and
+    failed levels stay a region of their own (C(pays_then_unclear) and kin), never read as their neighbours.
+  - The crossover concurrency where speculation stops paying, with its model-free 95% interval, the bracket
+    between the last level that clearly pays and the first that clearly loses; the point inside it is a
+    log-linear interpolation, labelled as an estimate.
+  - A recommendation (speculate below concurrency N) and an SGLang C(--speculative-adaptive-config) table built
+    from clear verdicts only (speculation off where the data cannot tell); every recommendation names the
+    levels not measured at both ends.
   - Confounders first in the report (capacity settings that differ, a running-request cap reached, the client
     saturated, GPUs not clean, levels with errors, modes that failed).
   - Writes, per host, C(summary.json), C(summary.csv), C(report.md), C(adaptive-config.json), C(throughput.png),
