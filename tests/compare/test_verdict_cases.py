@@ -12,6 +12,7 @@ import pytest
 from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_index as idx
 from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
 
 LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
@@ -189,7 +190,7 @@ def test_one_crossing_upwards_is_loses_then_pays_and_the_index_shows_the_regions
     base, spec, unused = analytic_results("kimi-k2.5-moe", LEVELS)
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node", "run")
     assert summary["crossover_status"] == "multiple"
-    index_md = rep.render_index_md(rep.build_index("run", {"node": summary}))
+    index_md = idx.render_index_md(idx.build_index("run", {"node": summary}))
     assert "loses C=1-10, pays C=30-70, loses C=100-250" in index_md
 
 
@@ -216,5 +217,5 @@ def test_saturated_levels_are_left_out_of_the_verdict_and_named_everywhere():
     assert cmp.compact(summary)["saturated_levels"] == summary["saturated_levels"]
     report = rep.render_markdown(summary)
     assert "no evidence" in report and "C=64" in report
-    index_md = rep.render_index_md(rep.build_index("run", {"node": summary}))
+    index_md = idx.render_index_md(idx.build_index("run", {"node": summary}))
     assert "saturated: C=64, 256" in index_md
