@@ -219,3 +219,17 @@ def test_saturated_levels_are_left_out_of_the_verdict_and_named_everywhere():
     assert "no evidence" in report and "C=64" in report
     index_md = idx.render_index_md(idx.build_index("run", {"node": summary}))
     assert "saturated: C=64, 256" in index_md
+
+
+def test_a_refinement_round_that_measures_a_failed_level_again_heals_it():
+    failed = dict(level(5, 1.0), output_tok_per_s=0.0, output_tok_per_s_ci95=None,
+                  error="C=5: no output token arrived during the level")
+    base = result("baseline", [level(c, 100.0 * c) for c in (1, 2, 5, 10)])
+    first = result("eagle3", [level(c, 130.0 * c) for c in (1, 2)] + [failed, level(10, 1300.0)])
+    first["error"], first["status"] = failed["error"], "complete_with_errors"
+    again = result("eagle3", [level(5, 650.0)])
+    pooled = cmp.pool_runs([(None, first), ("refine1", again)])
+    assert pooled["error"] is None
+    summary = cmp.summarize_host({"baseline": base, "eagle3": pooled}, "node", "run")
+    assert summary["status"] == "complete", summary["incomplete_reasons"]
+    assert summary["crossover_status"] == "pays_everywhere" and summary["failed_levels"] == []

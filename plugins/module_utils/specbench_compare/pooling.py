@@ -9,7 +9,7 @@ import math
 
 from ..specbench_client.stats import t975
 from .common import _interval, _num
-from .verdict import Z975, level_saturation
+from .verdict import Z975, level_failure, level_saturation
 
 POOLED_METHOD = (
     "pooled over {k} launches: the mean of the launch means; standard error sqrt(max(s_between^2, mean within-launch "
@@ -57,7 +57,12 @@ def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
     base["runs"] = listing
     statuses = [r.get("status") for unused, r in ordered]
     base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
-    base["error"] = next((r.get("error") for unused, r in ordered if r.get("error")), None)
+    # A run's error that was one of its levels' errors lasts only while the pooled level still
+    # fails (a refinement round that measured it again heals it); any other run error stays.
+    errors = [r["error"] for unused, r in ordered if r.get("error")
+              and not any(isinstance(lv, dict) and lv.get("error") == r["error"] for lv in r.get("levels") or [])]
+    errors += [why for lv in levels if (why := level_failure(lv))]
+    base["error"] = errors[0] if errors else None
     return base
 
 
@@ -95,6 +100,7 @@ def pool_level(levels: list[dict]) -> dict:
                                     if se > 0 else None)
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
     # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
     # comparison borrows the throughput's relative width for them).
     for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
