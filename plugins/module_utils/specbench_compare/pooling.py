@@ -12,10 +12,10 @@ from .common import _interval, _num
 from .verdict import Z975, level_failure, level_saturation
 
 POOLED_METHOD = (
-    "pooled over {k} launches: the mean of the launch means; standard error sqrt(max(s_between^2, mean within-launch "
-    "se^2) / k), where s_between^2 is the launch means' sample variance (it holds launch-to-launch variation and "
-    "drift); 95% = +-t se on the k - 1 degrees of freedom the launch means give (few launches: wide interval), "
-    "here t = {t:.3g}"
+    "pooled over {k} launches: the mean of the launch means +- the wider of t sqrt(s_between^2 / k), where "
+    "s_between^2 is the launch means' sample variance (it holds launch-to-launch variation and drift) and t is on "
+    "the k - 1 degrees of freedom the launch means give (few launches: wide interval), here t = {t:.3g}, and "
+    "1.96 sqrt(mean within-launch se^2 / k) (never narrower than the launches' own noise)"
 )
 RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
 
@@ -89,15 +89,15 @@ def pool_level(levels: list[dict]) -> dict:
     within_mean = math.fsum(within) / len(within) if within else 0.0
     # Each launch mean is the truth plus a launch effect plus its window's noise: the launch means'
     # sample variance estimates the whole of a launch mean's variance, on k - 1 degrees of freedom,
-    # whatever the launches' disagreement; t(k - 1) then holds exactly (normal launch means, equal
-    # windows). It is never taken below the launches' own mean squared standard error (the floor
-    # only widens the interval). A data-driven df (Welch-Satterthwaite on between + within) gave
-    # t near 2 whenever two launches happened to agree, and covered 88% when launches differed.
-    se = math.sqrt(max(between, within_mean) / k)
+    # whatever the launches' disagreement, so +-t(k - 1) sqrt(s_between^2 / k) holds exactly (normal
+    # launch means, equal windows). The interval is never narrower than the launches' own noise says
+    # (+-z sqrt(mean within se^2 / k)): at least as wide as the exact one, it covers at least as often.
+    # A data-driven df (Welch-Satterthwaite on between + within) gave t near 2 whenever two launches
+    # happened to agree, and covered 88% when launches differed by 3x their own noise.
     quantile = t975(k - 1) if k > 1 else Z975
+    half = max(quantile * math.sqrt(between / k), Z975 * math.sqrt(within_mean / k))
     out["output_tok_per_s"] = round(mean, 3)
-    out["output_tok_per_s_ci95"] = ([round(max(0.0, mean - quantile * se), 3), round(mean + quantile * se, 3)]
-                                    if se > 0 else None)
+    out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
     out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
