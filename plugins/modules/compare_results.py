@@ -146,12 +146,17 @@ hosts:
       spec_mode: eagle3
       crossover_status: crosses
       crossover_concurrency: 1.31
-      crossover_ci95: [1.12, 1.58]
+      crossover_ci95: [1, 2]
+      regions: [{from_concurrency: 1, to_concurrency: 1, verdict: pays, levels: 1},
+                {from_concurrency: 2, to_concurrency: 10, verdict: loses, levels: 3}]
+      speculate_ranges: [[1, 2]]
+      failed_levels: []
+      saturated_levels: []
       recommendation: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without speculation.
       speculate_below: 2
       adaptive_config: {"1": {"candidate_steps": [1, 3, 5, 7]}, "2": {"candidate_steps": [0]}}
       confounders: 0
-      levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06]}]
+      levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06], verdict: pays}]
       report: gpu-node-1/report.md
 summaries:
   description: Per host, the full summary as written to summary.json.
