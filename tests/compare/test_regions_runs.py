@@ -201,12 +201,14 @@ def test_refinement_pins_the_crossover_near_the_model_within_the_ratio_and_the_l
     truth = truth_crossover(LLAMA, LLAMA_LEN, LLAMA_LEN)
     assert found["crossover_status"] == "crosses", found["crossover_text"]
     # The interval is the bracket of clear levels: it holds the model's crossing, and refinement
-    # narrowed it to the ratio unless it ran out of added levels (levels near the crossing may stay
-    # unclear: the bracket then spans them, and the plan says why it stopped).
+    # narrowed it to the ratio, or as far as clear verdicts allow: every level left inside it is
+    # unclear (near the crossing the speedup is within a level's noise of 1; on a loaded machine
+    # this run read [40, 57] with 48 and 52 unclear). It is at least twice narrower than 20 to 80.
     lo, hi = found["crossover_ci95"]
     assert lo <= truth <= hi, (truth, found["crossover_ci95"])
-    assert hi / lo <= 1.3 or "at most 4 added levels" in run.stdout, (found["crossover_ci95"], run.stdout[-3000:])
-    assert hi / lo < 80 / 20
+    inside = [lv["verdict"] for lv in found["levels"] if lo < lv["concurrency"] < hi]
+    assert hi / lo <= 1.3 or (inside and set(inside) == {"unclear"}), found["levels"]
+    assert hi / lo <= (80 / 20) / 2, found["crossover_ci95"]
     assert found["crossover_concurrency"] == pytest.approx(truth, rel=0.25)
     refined = [lv["concurrency"] for lv in found["levels"] if lv["refined"]]
     assert 1 <= len(refined) <= 4, found["levels"]
