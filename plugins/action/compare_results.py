@@ -15,6 +15,7 @@ import re
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.specbench.core.plugins.module_utils import specbench_index as fleet_index
 from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
     ARGUMENT_SPEC,
@@ -201,8 +202,8 @@ class ActionModule(ActionBase):
 
         index = None
         if args["index"]:
-            index = report.build_index(run_id, summaries, absent)
-            for name, text in (("index.json", report.dump_json(index)), ("index.md", report.render_index_md(index))):
+            index = fleet_index.build_index(run_id, summaries, absent)
+            for name, text in (("index.json", report.dump_json(index)), ("index.md", fleet_index.render_index_md(index))):
                 path = os.path.join(run_dir, name)
                 if not check and report.write_if_changed(path, text):
                     changed_files.append(path)

@@ -1,6 +1,6 @@
 # Copyright: specbench developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""specbench report rendering: summary.csv, report.md, the PNG plots and the fleet index.
+"""specbench report rendering: summary.csv, report.md and the PNG plots (the fleet index: specbench_index).
 
 Everything here renders a summary that ``specbench_compare.summarize_host`` built: no maths
 of its own. Text output is standard library only; the plots import matplotlib (Agg backend)
@@ -17,9 +17,8 @@ import os
 import tempfile
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
-from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import SCHEMA, compact, fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
 
-INDEX_SCHEMA = "specbench.compare-index/1"
 PLOTS = {
     "throughput": "throughput.png",
     "per_stream": "per-stream.png",
@@ -214,6 +213,12 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
                 f"{r['verdict']} at C={r['from_concurrency']:g}"
                 + ("" if r["to_concurrency"] == r["from_concurrency"] else f" to {r['to_concurrency']:g}")
                 for r in regs) + ".")
+    failed = summary.get("failed_levels") or []
+    if failed:
+        lines.append(f"- **Failed levels** (no verdict there or across them): C={', '.join(f'{c:g}' for c in failed)}.")
+    for item in summary.get("saturated_levels") or []:
+        lines.append(f"- **No evidence** at C={item['concurrency']:g} (saturated: {_md('; '.join(item['reasons']))}): "
+                     "left out of the verdict, the regions and the crossover.")
     lines.append(f"- **Recommendation**: {_md(summary.get('recommendation'))}")
     for note in summary.get("notes") or []:
         lines.append(f"- Note: {_md(note)}")
@@ -246,12 +251,16 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if table:
         lines.append("## SGLang adaptive speculation")
         lines.append("")
-        below = summary.get("speculate_below")
-        if below:
-            lines.append(f"This table turns speculation off from batch size {below} (candidate steps `[0]`, plain "
-                         "decode); below it SGLang's adaptive logic picks the step count from the acceptance it sees.")
-        else:
+        ranges = summary.get("speculate_ranges") or []
+        if ranges == [[1, None]]:
             lines.append("This table keeps speculation on at every batch size measured.")
+        elif ranges:
+            where = ", ".join(f"{a} to {b - 1}" if b else f"from {a}" for a, b in ranges)
+            lines.append(f"This table speculates at batch sizes {where}, where speculation clearly pays, and turns it "
+                         "off (candidate steps `[0]`, plain decode) everywhere else, unclear levels included; where "
+                         "it is on, SGLang's adaptive logic picks the step count from the acceptance it sees.")
+        else:
+            lines.append("This table turns speculation off at every batch size: it pays clearly at no level measured.")
         lines.append("SGLang 0.5.23 reads `--speculative-adaptive-config` as the path of a JSON file (saved next to this "
                      "report as `adaptive-config.json`); it needs `--speculative-adaptive`, EAGLE or EAGLE3, "
                      "`--speculative-eagle-topk 1`. SGLang rounds the running batch up to its CUDA-graph batch size "
@@ -316,6 +325,8 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     for lv in comp.get("levels") or []:
         b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
         errors = "; ".join(_md(e) for e in (b.get("error"), s.get("error")) if e) or ""
+        if lv.get("saturated"):
+            errors = "; ".join(x for x in (errors, "no evidence (saturated: " + _md("; ".join(lv["saturated"])) + ")") if x)
         mark = " (refined)" if lv.get("refined") else ""
         if (lv.get("launches") or 1) > 1:
             mark += f" ({lv['launches']} launches)"
@@ -373,9 +384,9 @@ def _mark_crossover(ax, summary: dict, xmin: float, xmax: float) -> None:
         lo = ci[0] if ci[0] is not None else xmin
         hi = ci[1] if ci[1] is not None else xmax
         if hi > lo:
-            ax.axvspan(lo, hi, color="tab:red", alpha=0.10, label="crossover 95% interval")
+            ax.axvspan(lo, hi, color="tab:red", alpha=0.10, label="crossover 95% interval (bracket of clear levels)")
     if point is not None:
-        ax.axvline(point, color="tab:red", linestyle="--", linewidth=1.2, label=f"crossover C={fmt_conc(point)}")
+        ax.axvline(point, color="tab:red", linestyle="--", linewidth=1.2, label=f"crossover C={fmt_conc(point)} (interpolated)")
 
 
 def _finish_axes(ax, levels: list[float]) -> None:
@@ -462,53 +473,3 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
             changed.append(PLOTS["speedup"])
         written["speedup"] = PLOTS["speedup"]
     return written
-
-
-# ---------------------------------------------------------------------------------------------
-# Fleet index
-# ---------------------------------------------------------------------------------------------
-def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] | None = None) -> dict:
-    """index.json: one compact entry per host, plus the hosts that produced nothing."""
-    hosts = {}
-    for host, summary in sorted(summaries.items()):
-        entry = compact(summary)
-        entry["report"] = f"{host}/report.md"
-        entry["summary"] = f"{host}/summary.json"
-        hosts[host] = entry
-    for host, why in sorted((absent or {}).items()):
-        hosts.setdefault(host, {"host": host, "status": "failed", "complete": False, "crossover_status": "unknown",
-                                "crossover_concurrency": None, "crossover_ci95": None,
-                                "recommendation": f"No results: {why}", "incomplete_reasons": [why], "report": None})
-    statuses = [h["status"] for h in hosts.values()]
-    return {
-        "schema": INDEX_SCHEMA,
-        "summary_schema": SCHEMA,
-        "run_id": run_id,
-        "hosts_total": len(hosts),
-        "hosts_complete": statuses.count("complete"),
-        "hosts": hosts,
-    }
-
-
-def render_index_md(index: dict) -> str:
-    lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
-    lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
-    lines.append("")
-    lines.append("| host | status | crossover C | 95% interval | speculate below | confounders | report |")
-    lines.append("|---|---|---:|---|---:|---:|---|")
-    for host, h in index["hosts"].items():
-        ci = h.get("crossover_ci95")
-        ci_text = "-" if not ci else f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to " \
-                                     f"{fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
-        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else \
-            (h.get("crossover_status") or "-").replace("_", " ")
-        report = f"[report]({h['report']})" if h.get("report") else "-"
-        lines.append(f"| {host} | {h.get('status')} | {cross} | {ci_text} | {h.get('speculate_below') or '-'} | "
-                     f"{h.get('confounders', 0)} | {report} |")
-    lines.append("")
-    for host, h in index["hosts"].items():
-        lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
-        for reason in h.get("incomplete_reasons") or []:
-            lines.append(f"  - incomplete: {_md(reason)}")
-    lines.append("")
-    return "\n".join(lines)

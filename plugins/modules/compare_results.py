@@ -14,10 +14,15 @@ description:
     writes them, and for each host compares every speculative mode against the baseline mode.
   - Per level the speedup (speculative / baseline throughput), the per-stream decode speedup and the TPOT
     speedup, each with a 95% interval (delta method on the log scale over both sides' intervals).
-  - The crossover concurrency where speculation stops paying, interpolated between levels on a log scale, with
-    the interval where the speedup interval's ends cross 1; C(pays_everywhere) and C(never_pays) said as such.
-  - A recommendation (speculate below concurrency N) and an SGLang C(--speculative-adaptive-config) table that
-    turns speculation off from that batch size.
+  - Each level pays, loses, is unclear (its speedup interval straddles 1) or failed (a mode measured nothing);
+    a level where the client or the engine was saturated is no evidence and is left out, named. Unclear and
+    failed levels stay a region of their own (C(pays_then_unclear) and kin), never read as their neighbours.
+  - The crossover concurrency where speculation stops paying, with its model-free 95% interval, the bracket
+    between the last level that clearly pays and the first that clearly loses; the point inside it is a
+    log-linear interpolation, labelled as an estimate.
+  - A recommendation (speculate below concurrency N) and an SGLang C(--speculative-adaptive-config) table built
+    from clear verdicts only (speculation off where the data cannot tell); every recommendation names the
+    levels not measured at both ends.
   - Confounders first in the report (capacity settings that differ, a running-request cap reached, the client
     saturated, GPUs not clean, levels with errors, modes that failed).
   - Writes, per host, C(summary.json), C(summary.csv), C(report.md), C(adaptive-config.json), C(throughput.png),
@@ -103,7 +108,7 @@ attributes:
   facts:
     support: none
 notes:
-  - The maths lives in C(plugins/module_utils/specbench_compare.py) (standard library only), the rendering in
+  - The maths lives in the package C(plugins/module_utils/specbench_compare/) (standard library only), the rendering in
     C(plugins/module_utils/specbench_report.py).
   - SGLang 0.5.23 reads C(--speculative-adaptive-config) as the path of a JSON file whose integer keys each hold
     an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.
@@ -141,12 +146,17 @@ hosts:
       spec_mode: eagle3
       crossover_status: crosses
       crossover_concurrency: 1.31
-      crossover_ci95: [1.12, 1.58]
+      crossover_ci95: [1, 2]
+      regions: [{from_concurrency: 1, to_concurrency: 1, verdict: pays, levels: 1},
+                {from_concurrency: 2, to_concurrency: 10, verdict: loses, levels: 3}]
+      speculate_ranges: [[1, 2]]
+      failed_levels: []
+      saturated_levels: []
       recommendation: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without speculation.
       speculate_below: 2
       adaptive_config: {"1": {"candidate_steps": [1, 3, 5, 7]}, "2": {"candidate_steps": [0]}}
       confounders: 0
-      levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06]}]
+      levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06], verdict: pays}]
       report: gpu-node-1/report.md
 summaries:
   description: Per host, the full summary as written to summary.json.

@@ -95,19 +95,20 @@ def series(points):
     return rows(out)
 
 
-def test_the_noisy_first_level_does_not_flip_the_verdict_the_crossover_lies_between_10_and_30():
+def test_the_noisy_first_level_stays_unclear_and_the_crossover_lies_between_10_and_30():
     cross = cmp.crossover(series([(1, 0.98, [0.90, 1.07]), (2, 1.3), (5, 1.4), (10, 1.2), (30, 0.9), (70, 0.7)]))
     assert cross["status"] == "crosses"
     assert 10 < cross["concurrency"] < 30
     assert cross["bracket"] == [10.0, 30.0]
     assert [(r["from_concurrency"], r["to_concurrency"], r["verdict"]) for r in cross["regions"]] == [
-        (1, 10, "pays"), (30, 70, "loses")]
-    lo, hi = cross["ci95"][0], cross["ci95"][1]
-    assert 10 < lo < cross["concurrency"] < hi < 30
-    assert any("C=1" in n and "unclear" in n for n in cross["notes"])
+        (1, 1, "unclear"), (2, 10, "pays"), (30, 70, "loses")]
+    assert cross["ci95"] == [10.0, 30.0]  # the model-free bracket
+    assert cross["gaps"] == [{"from_concurrency": 1.0, "to_concurrency": 1.0, "verdict": "unclear"}]
     rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
-    assert rec["speculate_below"] == math.ceil(cross["concurrency"])
-    assert rec["text"].startswith("Speculate (eagle3) below concurrency")
+    # Built from clear verdicts only: on from C=2 (the first level that clearly pays) below the crossing.
+    assert rec["speculate_ranges"] == [[2, math.ceil(cross["concurrency"])]]
+    assert rec["adaptive_table"]["1"] == [0]
+    assert rec["text"].startswith("Speculate (eagle3) at concurrency from 2")
 
 
 def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concurrency():
@@ -116,6 +117,7 @@ def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concur
     assert [r["verdict"] for r in cross["regions"]] == ["pays", "loses", "pays"]
     assert cross["regions"][-1]["to_concurrency"] == 70
     stops, starts = cross["crossings"]
+    assert stops["ci95"] == [2, 5] and starts["ci95"] == [10, 30]
     assert stops["direction"] == "stops_paying" and 2 < stops["concurrency"] < 5
     assert starts["direction"] == "starts_paying" and 10 < starts["concurrency"] < 30
     # crossover_concurrency: where the lowest-concurrency paying region ends.
@@ -146,10 +148,13 @@ def test_pays_everywhere_and_never_pays_are_said_as_such_without_a_number():
     everywhere = cmp.crossover(rows([(1, 2.0, [1.9, 2.1]), (10, 1.5, [1.4, 1.6]), (100, 1.1, [1.05, 1.15])]))
     assert everywhere["status"] == "pays_everywhere" and everywhere["concurrency"] is None
     assert everywhere["ci95"] is None and "every level measured, up to C=100" in everywhere["text"]
-    never = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65]), (30, 0.98, [0.9, 1.05])]))
+    never = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65]), (30, 0.5, [0.45, 0.55])]))
     assert never["status"] == "never_pays" and never["concurrency"] is None
-    assert [r["verdict"] for r in never["regions"]] == ["loses"]  # the unclear last level joins it
-    assert "never pays" in never["text"] and "C=1" in never["text"]
+    assert "slower at every level measured, from C=1 to C=30" in never["text"]
+    # An unclear last level does not join the losing region: it is a region of its own.
+    tail = cmp.crossover(rows([(1, 0.8, [0.75, 0.85]), (10, 0.6, [0.55, 0.65]), (30, 0.98, [0.9, 1.05])]))
+    assert tail["status"] == "loses_then_unclear"
+    assert [r["verdict"] for r in tail["regions"]] == ["loses", "unclear"]
 
 
 def test_unclear_everywhere_is_unclear_and_gives_no_advice():
@@ -172,8 +177,7 @@ def test_an_unclear_level_between_paying_and_losing_levels_is_the_transition():
     assert cross["status"] == "crosses"
     assert [r["verdict"] for r in cross["regions"]] == ["pays", "unclear", "loses"]
     assert 2 < cross["concurrency"] < 5  # the point estimates cross between C=2 and C=5
-    lo, hi = cross["ci95"][0], cross["ci95"][1]
-    assert 1 <= lo and hi <= 10
+    assert cross["ci95"] == [1, 10] and cross["gaps"] == []  # the transition is no gap
 
 
 def test_a_losing_level_between_paying_ones_is_a_real_flip():
@@ -187,27 +191,11 @@ def test_speedup_of_exactly_one_still_counts_as_paying():
     assert cross["status"] == "crosses" and cross["concurrency"] == pytest.approx(1.0)
 
 
-def test_the_crossover_interval_is_a_bootstrap_through_the_interpolation_not_an_envelope():
-    # Levels 2 and 70 only: the old envelope gave "13.6 to 23.4"; the bootstrap's interval holds
-    # the point, is seeded (the same twice), and widens as the levels' intervals widen.
-    narrow = cmp.crossover(rows([(2, 1.3, [1.25, 1.35]), (70, 0.8, [0.77, 0.83])]))
-    again = cmp.crossover(rows([(2, 1.3, [1.25, 1.35]), (70, 0.8, [0.77, 0.83])]))
-    wide = cmp.crossover(rows([(2, 1.3, [1.1, 1.5]), (70, 0.8, [0.68, 0.93])]))
-    assert narrow["ci95"] == again["ci95"]
-    assert narrow["ci95"][0] < narrow["concurrency"] < narrow["ci95"][1]
-    assert wide["ci95"][1] / wide["ci95"][0] > narrow["ci95"][1] / narrow["ci95"][0]
-    assert "compare_refine" in cmp.recommendation(narrow, "eagle3", [2, 70])["text"]
-
-
-def test_open_interval_ends_are_none_and_named_in_words():
-    # Two levels both near 1 with wide intervals: many draws find no crossing below C=1 or none
-    # up to C=2, so both ends are open.
-    lo, hi = cmp.crossing_interval([1.0, 2.0], [1.02, 0.99], [0.05, 0.05], 0, 1, cmp.STOPS)
-    assert lo is None and hi is None
-    assert cmp._ci_text(lo, hi, 1, 2) == "below C=1 to above C=2"
-    # Clear levels: both ends closed, inside the bracket.
-    lo, hi = cmp.crossing_interval([1.0, 2.0], [1.3, 0.7], [0.02, 0.02], 0, 1, cmp.STOPS)
-    assert 1 < lo < hi < 2
+def test_the_crossover_interval_is_the_bracket_and_a_wide_one_asks_for_levels_in_between():
+    cross = cmp.crossover(rows([(2, 1.3, [1.25, 1.35]), (70, 0.8, [0.77, 0.83])]))
+    assert cross["ci95"] == [2, 70] and cross["ci95_text"] == "2 to 70"
+    assert 2 < cross["concurrency"] < 70 and cross["crossings"][0]["estimate"] == "interpolated"
+    assert "compare_refine" in cmp.recommendation(cross, "eagle3", [2, 70])["text"]
 
 
 def test_no_common_level_gives_an_unknown_crossover():
@@ -228,8 +216,8 @@ def test_crossover_from_the_emulators_analytic_model_lies_in_its_bracket(profile
     assert summary["crossover_status"] == "crosses"
     lo_level, hi_level = summary["crossover_bracket"]
     assert lo_level <= truth <= hi_level
-    lo, hi = summary["crossover_ci95"]
-    assert (lo or lo_level) <= summary["crossover_concurrency"] <= (hi or hi_level)
+    assert summary["crossover_ci95"] == [lo_level, hi_level]
+    assert lo_level <= summary["crossover_concurrency"] <= hi_level
     # Log-linear interpolation between the bracketing levels is close to the model's crossover.
     assert summary["crossover_concurrency"] == pytest.approx(truth, rel=0.25)
 
@@ -250,6 +238,7 @@ def test_recommendation_and_adaptive_table_turn_speculation_off_from_the_crossov
 def test_recommendation_when_speculation_never_pays_or_always_pays():
     never = cmp.recommendation({"status": "never_pays", "concurrency": None}, "eagle3", [1, 2, 5])
     assert never["adaptive_table"] == {"1": [0]} and never["text"].startswith("Do not speculate")
+    assert "Nothing was measured above C=5" in never["text"]
     always = cmp.recommendation({"status": "pays_everywhere", "concurrency": None}, "eagle3", [1, 10, 250])
     assert always["speculate_below"] is None
     assert always["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1]}
@@ -341,7 +330,7 @@ def test_summary_has_the_fields_awx_and_the_report_rely_on():
     assert first["tpot_speedup"] == pytest.approx(first["per_stream_speedup"], rel=1e-3)
     assert json.loads(json.dumps(summary)) == summary  # plain JSON all the way down
     short = cmp.compact(summary)
-    assert short["levels"][0].keys() == {"concurrency", "speedup", "speedup_ci95"}
+    assert short["levels"][0].keys() == {"concurrency", "speedup", "speedup_ci95", "verdict"}
 
 
 def test_a_missing_mode_or_lost_levels_mark_the_summary_incomplete_but_keep_what_was_measured():
@@ -401,11 +390,10 @@ def test_launches_are_pooled_so_launch_to_launch_variation_widens_the_interval()
     assert cmp.split_run_name("eagle3@refine2") == ("eagle3", "refine2") and cmp.split_run_name("eagle3") == ("eagle3", None)
 
 
-def test_an_unclear_first_level_read_as_losing_is_named_not_called_slower():
+def test_an_unclear_first_level_is_not_called_slower():
     cross = cmp.crossover([{"concurrency": 1, "speedup": 1.04, "speedup_ci95": [0.96, 1.13]},
                            {"concurrency": 2, "speedup": 0.94, "speedup_ci95": [0.90, 0.985]},
                            {"concurrency": 4, "speedup": 0.64, "speedup_ci95": [0.61, 0.66]}])
-    assert cross["status"] == "never_pays" and cross["unclear_read_as"] == [1.0]
-    assert "at every level measured" not in cross["text"] and "C=1: the speedup's interval straddles 1" in cross["text"]
+    assert cross["status"] == "unclear_then_loses"
     rec = cmp.recommendation(cross, "eagle3", [1.0, 2.0, 4.0])
-    assert "where the difference is clear" in rec["text"] and "C=1:" in rec["text"]
+    assert "Do not speculate at C=2 to 4" in rec["text"] and "At C=1 the data cannot tell" in rec["text"]

@@ -9,6 +9,7 @@ import json
 from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_index as idx
 from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -71,12 +72,12 @@ def test_plots_cope_with_a_mode_that_has_no_throughput(tmp_path):
 
 
 def test_fleet_index_lists_every_host_and_those_that_produced_nothing():
-    index = rep.build_index("run-1", {"node-a": kimi_summary()}, {"node-b": "unreachable"})
+    index = idx.build_index("run-1", {"node-a": kimi_summary()}, {"node-b": "unreachable"})
     assert index["hosts_total"] == 2 and index["hosts_complete"] == 1
     assert index["hosts"]["node-b"]["status"] == "failed"
     assert index["hosts"]["node-a"]["report"] == "node-a/report.md"
-    text = rep.render_index_md(index)
-    assert "| node-a | complete | 1.29 |" in text and "node-b" in text
+    text = idx.render_index_md(index)
+    assert "| node-a | complete | crosses | pays C=1, loses C=2-10 | 1.29 | 1 to 2 | 1 |" in text and "node-b" in text
     json.dumps(index)
 
 

@@ -1,0 +1,65 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""specbench comparison maths: speedups with intervals, the verdict, the recommendation.
+
+The one place where a speculative mode is held against the baseline. Standard library
+only, so it runs on the controller (the action plugin compare_results), in tests, or by
+hand. It reads the results files the bench_sweep role writes
+(``<results_dir>/<run_id>/<host>/<mode>.json``, see docs/CONTRACTS.md) as plain dicts and
+returns plain dicts (summary.json). Callers import from this package only
+(``from ...module_utils.specbench_compare import summarize_host``); the parts:
+
+- ``common``: the options (ARGUMENT_SPEC), CompareError, number checks, rounding;
+- ``intervals``: the speedup's 95% interval (a ratio of two independent estimates) and the
+  figures one level gives;
+- ``verdict``: each level pays, loses, is unclear or failed (or is no evidence: saturated); the regions;
+- ``crossover``: the whole-series status, the crossings and their model-free intervals (brackets);
+- ``recommend``: where to speculate, and SGLang's adaptive table;
+- ``confounders``: what makes the comparison less than fair;
+- ``summarize``: one comparison, the host summary, the compact form the index carries;
+- ``pooling``: several runs of one mode (compare_launches, refinement rounds) pooled per level;
+- ``refine``: the next refinement round.
+"""
+
+from __future__ import annotations
+
+from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, fmt_conc
+from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
+from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
+from .intervals import borrow_ci, level_figures, log_half_width, ratio_ci
+from .pooling import POOLED_METHOD, pool_level, pool_runs, run_seconds, split_run_name
+from .recommend import (
+    SGLANG_DEFAULT_ADAPTIVE,
+    adaptive_table,
+    adaptive_table_for,
+    recommendation,
+    sglang_adaptive_config,
+    speculate_ranges,
+)
+from .refine import refine_plan
+from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
+from .verdict import (
+    FAILED,
+    LOSES,
+    PAYS,
+    SATURATED,
+    STARTS,
+    STOPS,
+    UNCLEAR,
+    level_failure,
+    level_saturation,
+    level_verdict,
+    regions,
+    series_status,
+)
+
+__all__ = [
+    "ADD_LEVELS_RATIO", "ARGUMENT_SPEC", "BASELINE", "BORROWED_NOTE", "CI_METHOD", "CROSSOVER_METHOD", "FAILED",
+    "LOSES", "PAYS", "POOLED_METHOD", "SATURATED", "SCHEMA", "SGLANG_DEFAULT_ADAPTIVE", "STARTS", "STOPS", "UNCLEAR",
+    "adaptive_table", "adaptive_table_for", "borrow_ci", "capacity_settings", "compact", "compare_pair",
+    "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "interpolated_crossing", "level_failure",
+    "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
+    "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
+    "series_status", "sglang_adaptive_config", "speculate_ranges", "split_run_name", "summarize_host", "tracking",
+    "CompareError",
+]

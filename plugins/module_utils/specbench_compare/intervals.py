@@ -1,0 +1,115 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Speedups with 95% intervals: a ratio of two independent estimates, and one level's figures.
+
+Speedup at a level = speculative / baseline output throughput (steady state). Each side
+carries a 95 % interval ``[lo, hi]`` from the benchmark client (repeats or batch means).
+The two estimates are independent (different servers, different windows), so the interval
+of their ratio is the **delta method on the log scale**: each side's log half-width is
+``w = (ln hi - ln lo) / 2`` (its relative half-width ``(hi - lo) / 2x`` when ``lo <= 0``),
+the ratio's is ``W = sqrt(w_spec^2 + w_base^2)``, and the interval is
+``ratio * exp(+-W)``. It equals the textbook delta method with a standard error of
+``w / t`` per side when both sides share the critical value ``t``, needs no degrees of
+freedom, and is asymmetric the way a ratio is (Fieller's interval agrees to first order
+while both relative half-widths are small, as they are for a steady-state window; Fieller
+is not used because it is unbounded when the baseline's interval nears zero).
+
+Per-stream decode speed (what one user feels) and TPOT use the same rule. Their intervals
+come from the level's own ``ci95`` when the client gives one; otherwise the level's
+throughput interval's relative width is borrowed (in a closed loop at steady state, the
+per-stream speed is throughput / running requests, so its window-to-window noise is the
+throughput's).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .common import _interval, _num
+
+
+def log_half_width(estimate: float, ci: tuple[float, float]) -> float:
+    """Half-width of an interval on the log scale (relative half-width when lo <= 0)."""
+    lo, hi = ci
+    if lo > 0 and estimate > 0:
+        return (math.log(hi) - math.log(lo)) / 2.0
+    return (hi - lo) / (2.0 * estimate)
+
+
+def ratio_ci(num: float | None, num_ci, den: float | None, den_ci) -> tuple[float | None, list[float] | None]:
+    """num / den and its 95 % interval (see the module docstring); (None, None) if undefined.
+
+    ``num_ci`` and ``den_ci`` are ``[lo, hi]`` or None; without both there is no interval.
+    """
+    num, den = _num(num), _num(den)
+    if num is None or den is None or num < 0 or den <= 0:
+        return None, None
+    ratio = num / den
+    a, b = _interval(num_ci), _interval(den_ci)
+    if a is None or b is None or num <= 0:
+        return ratio, None
+    width = math.hypot(log_half_width(num, a), log_half_width(den, b))
+    return ratio, [ratio * math.exp(-width), ratio * math.exp(width)]
+
+
+def borrow_ci(estimate: float | None, template_estimate: float | None, template_ci) -> list[float] | None:
+    """An interval for ``estimate`` with the relative (log) width of ``template``'s."""
+    estimate, template_estimate = _num(estimate), _num(template_estimate)
+    ci = _interval(template_ci)
+    if estimate is None or estimate <= 0 or template_estimate is None or template_estimate <= 0 or ci is None:
+        return None
+    width = log_half_width(template_estimate, ci)
+    return [estimate * math.exp(-width), estimate * math.exp(width)]
+
+
+def _stat(level: dict, key: str, field: str = "mean") -> float | None:
+    obj = level.get(key)
+    return _num(obj.get(field)) if isinstance(obj, dict) else None
+
+
+def _stat_ci(level: dict, key: str):
+    obj = level.get(key)
+    if not isinstance(obj, dict):
+        return None
+    return _interval(obj.get("ci95") or obj.get("mean_ci95"))
+
+
+def level_figures(level: dict) -> dict:
+    """The figures the comparison uses from one results level, each with its interval.
+
+    Throughput from ``output_tok_per_s`` / ``output_tok_per_s_ci95``; per-stream decode speed
+    from ``decode_tok_per_s_per_stream.mean`` (else 1000 / ``tpot_ms.mean``); TPOT from
+    ``tpot_ms.mean``. A figure is None when the level does not have it.
+    """
+    thr = _num(level.get("output_tok_per_s"))
+    if thr is not None and thr <= 0:
+        thr = None
+    thr_ci = _interval(level.get("output_tok_per_s_ci95")) if thr is not None else None
+    tpot = _stat(level, "tpot_ms")
+    tpot = tpot if tpot and tpot > 0 else None
+    stream = _stat(level, "decode_tok_per_s_per_stream")
+    stream_source = "decode_tok_per_s_per_stream.mean"
+    if not stream or stream <= 0:
+        stream = 1000.0 / tpot if tpot else None
+        stream_source = "1000 / tpot_ms.mean" if stream else None
+    stream_ci = _stat_ci(level, "decode_tok_per_s_per_stream") if stream_source == "decode_tok_per_s_per_stream.mean" else None
+    tpot_ci = _stat_ci(level, "tpot_ms")
+    borrowed = []
+    if stream is not None and stream_ci is None:
+        stream_ci = borrow_ci(stream, thr, thr_ci)
+        if stream_ci:
+            borrowed.append("per_stream")
+    if tpot is not None and tpot_ci is None:
+        tpot_ci = borrow_ci(tpot, thr, thr_ci)
+        if tpot_ci:
+            borrowed.append("tpot")
+    return {
+        "throughput": thr,
+        "throughput_ci95": list(thr_ci) if thr_ci else None,
+        "per_stream": stream,
+        "per_stream_ci95": list(stream_ci) if stream_ci else None,
+        "per_stream_source": stream_source,
+        "tpot_ms": tpot,
+        "tpot_ms_ci95": list(tpot_ci) if tpot_ci else None,
+        "borrowed": borrowed,
+    }

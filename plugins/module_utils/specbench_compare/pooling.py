@@ -1,0 +1,132 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Several runs of one mode (compare_launches, refinement rounds): pooled levels."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from ..specbench_client.stats import t975
+from .common import _interval, _num
+from .verdict import Z975, level_failure, level_saturation
+
+POOLED_METHOD = (
+    "pooled over {k} launches: the mean of the launch means +- the wider of t sqrt(s_between^2 / k), where "
+    "s_between^2 is the launch means' sample variance (it holds launch-to-launch variation and drift) and t is on "
+    "the k - 1 degrees of freedom the launch means give (few launches: wide interval), here t = {t:.3g}, and "
+    "1.96 sqrt(mean within-launch se^2 / k) (never narrower than the launches' own noise)"
+)
+RUN_TAG = "@"  # <mode>@<tag>.json: another launch (launch2, ...) or a refinement round (refine1, ...) of <mode>
+
+
+def split_run_name(stem: str) -> tuple[str, str | None]:
+    """'eagle3@refine2' -> ('eagle3', 'refine2'); 'eagle3' -> ('eagle3', None)."""
+    mode, sep, tag = stem.partition(RUN_TAG)
+    return (mode, tag) if sep and tag else (stem, None)
+
+
+def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
+    """One results dict for a mode measured in several runs: ``runs`` is [(tag, results), ...].
+
+    The first run gives the settings and server; levels measured in more than one run are pooled
+    (``POOLED_METHOD``), each level notes its ``launches`` and whether it was ``refined`` (first
+    measured in a refinement round), and ``runs`` lists the runs (tag, path, levels, seconds).
+    """
+    if len(runs) == 1 and runs[0][0] is None:
+        return runs[0][1]
+    ordered = sorted(runs, key=lambda tr: (tr[0] is not None, tr[0] or ""))
+    base = dict(ordered[0][1])
+    by_conc: dict[int, list] = {}
+    listing = []
+    for tag, result in ordered:
+        listing.append({"tag": tag, "path": result.get("_path"), "status": result.get("status"),
+                        "levels": [lv.get("concurrency") for lv in result.get("levels") or [] if isinstance(lv, dict)],
+                        "seconds": run_seconds(result)})
+        for level in result.get("levels") or []:
+            if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+                by_conc.setdefault(level["concurrency"], []).append((tag, level))
+    levels = []
+    for conc in sorted(by_conc):
+        entries = by_conc[conc]
+        pooled = pool_level([lv for unused, lv in entries])
+        pooled["launches"] = len(entries)
+        pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
+        levels.append(pooled)
+    base["levels"] = levels
+    base["runs"] = listing
+    statuses = [r.get("status") for unused, r in ordered]
+    base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
+    # A run's error that was one of its levels' errors lasts only while the pooled level still
+    # fails (a refinement round that measured it again heals it); any other run error stays.
+    errors = [r["error"] for unused, r in ordered if r.get("error")
+              and not any(isinstance(lv, dict) and lv.get("error") == r["error"] for lv in r.get("levels") or [])]
+    errors += [why for lv in levels if (why := level_failure(lv))]
+    base["error"] = errors[0] if errors else None
+    return base
+
+
+def pool_level(levels: list[dict]) -> dict:
+    """Levels of one concurrency from several launches, as one level (see ``POOLED_METHOD``).
+
+    Launches that measured nothing, and saturated launches when another launch kept up, are left out.
+    """
+    if len(levels) == 1:
+        return dict(levels[0])
+    usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
+    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    # A saturated launch is no evidence: pooled only when no launch at that level kept up.
+    unsaturated = [(lv, x, ci) for lv, x, ci in usable if not level_saturation(lv)]
+    usable = unsaturated or usable
+    out = dict(levels[-1])
+    if not usable:
+        return out
+    k = len(usable)
+    xs = [x for unused, x, unused_ci in usable]
+    mean = math.fsum(xs) / k
+    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
+    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
+    within_mean = math.fsum(within) / len(within) if within else 0.0
+    # Each launch mean is the truth plus a launch effect plus its window's noise: the launch means'
+    # sample variance estimates the whole of a launch mean's variance, on k - 1 degrees of freedom,
+    # whatever the launches' disagreement, so +-t(k - 1) sqrt(s_between^2 / k) holds exactly (normal
+    # launch means, equal windows). The interval is never narrower than the launches' own noise says
+    # (+-z sqrt(mean within se^2 / k)): at least as wide as the exact one, it covers at least as often.
+    # A data-driven df (Welch-Satterthwaite on between + within) gave t near 2 whenever two launches
+    # happened to agree, and covered 88% when launches differed by 3x their own noise.
+    quantile = t975(k - 1) if k > 1 else Z975
+    half = max(quantile * math.sqrt(between / k), Z975 * math.sqrt(within_mean / k))
+    out["output_tok_per_s"] = round(mean, 3)
+    out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
+    out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
+    out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
+    # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
+    # comparison borrows the throughput's relative width for them).
+    for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
+        stats = [lv.get(key) for lv, unused_x, unused_ci in usable if isinstance(lv.get(key), dict)]
+        if stats:
+            merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
+                      for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
+            out[key] = merged
+    accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
+    accepts = [a for a in accepts if a is not None]
+    out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None
+    out["requests_ok"] = sum(lv.get("requests_ok") or 0 for lv, unused_x, unused_ci in usable)
+    out["requests_failed"] = sum(lv.get("requests_failed") or 0 for lv in levels)
+    # A launch that was saturated taints the pooled level: it carries every launch's reason.
+    reasons = [why for lv, unused_x, unused_ci in usable for why in level_saturation(lv)]
+    out["saturated"] = list(dict.fromkeys(reasons))
+    out["client"] = next((lv.get("client") for lv, unused_x, unused_ci in usable if level_saturation(lv)),
+                         usable[-1][0].get("client"))
+    return out
+
+
+def run_seconds(result: dict) -> float | None:
+    """Wall seconds a run's sweep took (from its started_at / finished_at), or None."""
+    try:
+        start = datetime.datetime.fromisoformat(str(result.get("started_at")).replace("Z", "+00:00"))
+        end = datetime.datetime.fromisoformat(str(result.get("finished_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())

@@ -1,0 +1,237 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The advice from the regions, and SGLang's adaptive table that carries it out."""
+
+from __future__ import annotations
+
+import math
+
+from .common import fmt_conc
+from .crossover import ADD_LEVELS_RATIO
+from .verdict import FAILED, LOSES, PAYS, STARTS, STOPS, UNCLEAR
+
+# SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
+# from batch size N, the candidate draft-step counts; 0 is plain decode.
+SGLANG_DEFAULT_ADAPTIVE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
+
+
+
+def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
+    """Concurrency ranges to speculate in, [from, below) with below None for open: from clear verdicts only.
+
+    A paying region's range starts at 1 when it is the lowest region, at ceil(y) after a
+    starts_paying crossing at y, else at its first level (below it the data cannot tell); it ends
+    at ceil(x) at a stops_paying crossing at x, stays open when the region is the highest (it pays
+    clearly at the top level), else ends just above its last level (above it the data cannot tell).
+    """
+    del c_min
+    status = cross.get("status")
+    regs = cross.get("regions") or []
+    if status == "pays_everywhere" and not regs:
+        return [[1, None]]
+    if status == "crosses" and not cross.get("crossings") and cross.get("concurrency"):
+        return [[1, max(1, math.ceil(cross["concurrency"] - 1e-9))]]
+    crossings = cross.get("crossings") or []
+    ranges: list[list] = []
+    for n, reg in enumerate(regs):
+        if reg["verdict"] != PAYS:
+            continue
+        start = next((c for c in crossings if c["direction"] == STARTS and c["bracket"][1] == reg["from_concurrency"]),
+                     None)
+        stop = next((c for c in crossings if c["direction"] == STOPS and c["bracket"][0] == reg["to_concurrency"]), None)
+        if start:
+            first = max(1, math.ceil(start["concurrency"] - 1e-9))
+        else:
+            first = 1 if n == 0 else int(math.ceil(reg["from_concurrency"]))
+        if stop:
+            below = max(first + 1, math.ceil(stop["concurrency"] - 1e-9))
+        else:
+            below = None if n == len(regs) - 1 else int(math.floor(reg["to_concurrency"])) + 1
+        ranges.append([first, below])
+    return ranges
+
+
+def _default_row(rows: list, bs: int) -> list[int]:
+    row = rows[0][1]
+    for key, steps in rows:
+        if bs >= key:
+            row = steps
+    return row
+
+
+def adaptive_table_for(ranges: list[list], measured_max: float | None = None, base: dict | None = None,
+                       max_steps: int | None = None) -> dict:
+    """A --speculative-adaptive-config table (batch size -> candidate steps) that speculates in ``ranges``.
+
+    Inside a range SGLang's default rows that can speculate are kept (its adaptive logic still
+    picks the step count from the acceptance it sees) and the range's first batch size gets the
+    default's row there (with 0 taken out, so speculation is on); outside every range one row
+    ``[0]`` (plain decode) turns it off. Beyond the measured levels an open range keeps the
+    default's rows as they are (nothing was measured there). With ``max_steps`` (the draft steps
+    of the speculative mode measured) no row inside a measured range offers more steps than that:
+    the measurement says speculating with that many pays, not with more.
+    """
+
+    def capped(steps: list[int]) -> list[int]:
+        if max_steps is None:
+            return steps
+        kept = [s for s in steps if s <= max_steps]
+        return kept if any(s > 0 for s in kept) else sorted({s for s in kept if s == 0} | {max_steps})
+
+    base = dict(base or SGLANG_DEFAULT_ADAPTIVE)
+    rows = sorted((int(k), [int(s) for s in v]) for k, v in base.items())
+    table: dict[int, list[int]] = {}
+    if not ranges:
+        return {"1": [0]}
+    if ranges[0][0] > 1:
+        table[1] = [0]
+    for start, below in ranges:
+        first = [s for s in capped(_default_row(rows, start)) if s > 0] or [1]
+        table[start] = first
+        for bs, steps in rows:
+            if bs <= start or (below is not None and bs >= below):
+                continue
+            beyond = below is None and measured_max is not None and bs > measured_max
+            if beyond:
+                table[bs] = steps
+            elif any(s > 0 for s in steps):
+                table[bs] = capped(steps)
+        if below is not None:
+            table[below] = [0]
+    return {str(bs): steps for bs, steps in sorted(table.items())}
+
+
+def adaptive_table(off_from: int | None, measured_max: float | None = None, base: dict | None = None) -> dict:
+    """The table for one range: speculate below ``off_from`` (None: at every level measured)."""
+    return adaptive_table_for([[1, None if off_from is None else max(1, int(off_from))]], measured_max, base)
+
+
+def sglang_adaptive_config(table: dict) -> dict:
+    """The table in SGLang 0.5.23's file format: {"<bs>": {"candidate_steps": [...]}}.
+
+    SGLang reads --speculative-adaptive-config as the path of a JSON file whose integer
+    keys each hold an object with candidate_steps (and optional hysteresis knobs).
+    """
+    return {bs: {"candidate_steps": list(steps)} for bs, steps in table.items()}
+
+
+def _ranges_words(ranges: list[list]) -> str:
+    """[[1, 3], [30, None]] -> "below 3 and again from 30"."""
+    words = []
+    for start, below in ranges:
+        if start <= 1:
+            words.append("at every concurrency" if below is None else f"below {below}")
+        else:
+            words.append(f"from {start}" if below is None else f"from {start} to below {below}")
+    return " and again ".join(words)
+
+
+def _regions_words(regs: list[dict], verdicts: tuple) -> str:
+    parts = []
+    for reg in regs:
+        if reg["verdict"] in verdicts:
+            lo, hi = reg["from_concurrency"], reg["to_concurrency"]
+            parts.append(f"C={lo:g}" if lo == hi else f"C={lo:g} to {hi:g}")
+    return " and ".join(parts)
+
+
+def _unmeasured_words(cross: dict, c_min: float | None, c_max: float | None) -> str:
+    """What the advice cannot speak for: above the highest level, below the lowest, levels left out."""
+    if c_max is None:
+        return ""
+    text = f" Nothing was measured above C={c_max:g}"
+    text += f" or below C={c_min:g}" if c_min is not None and c_min > 1 else ""
+    text += ": the advice does not reach there."
+    excluded = cross.get("excluded") or []
+    if excluded:
+        where = ", ".join(f"{e['concurrency']:g}" for e in excluded)
+        text += (f" C={where} measured the machine, not the node "
+                 f"(saturated: {'; '.join(', '.join(e['reasons']) for e in excluded)}): no evidence; measure again "
+                 "where client and server keep up.")
+    return text
+
+
+def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
+    """The advice from the regions, and the adaptive table that carries it out, built only from clear
+    verdicts (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``). Every
+    text says what was not measured, at both ends, and which levels were no evidence."""
+    status = cross["status"]
+    measured = cross.get("measured") or ([min(levels_measured), max(levels_measured)] if levels_measured else None)
+    c_min, c_max = (measured or [None, None])
+    ranges = speculate_ranges(cross)
+    below = ranges[0][1] if len(ranges) == 1 and ranges[0][0] <= 1 and ranges[0][1] else None
+    regs = cross.get("regions") or []
+    holes = cross.get("gaps") or []
+    table = None
+    if ranges:
+        table = adaptive_table_for(ranges, c_max, max_steps=max_steps)
+    elif status not in ("unclear", "unknown"):
+        table = adaptive_table_for([])
+    where = _ranges_words(ranges) if ranges else "nowhere"
+    if status == "crosses":
+        text = (f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
+                "speculation." if below else
+                f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation.")
+        text += f" It stops paying between C={_bracket_words(cross)}"
+        gap = cross.get("bracket") or [None, None]
+        if gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
+            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+                     "(compare_refine: true) to pin it down.")
+    elif status in ("multiple", "loses_then_pays"):
+        n = len(cross.get("crossings") or [])
+        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
+                + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
+                + f" ({'; '.join(_crossing_words(c) for c in cross.get('crossings') or [])}). SGLang's adaptive config "
+                "below turns speculation on and off by batch size.")
+    elif status == "never_pays":
+        text = (f"Do not speculate at C={c_min:g} to {c_max:g}: {spec_mode} is slower than the baseline at every "
+                "level measured there.")
+    elif status == "pays_everywhere":
+        text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
+                "level. Add higher levels to find where it stops paying.")
+    elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
+        text = (f"Speculate ({spec_mode}) at concurrency {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
+                f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
+                "(compare_launches: 2 or more, longer windows, compare_refine: true); until then the table below runs "
+                "without speculation there.")
+    elif status.startswith("loses_") or status.startswith("unclear_then_loses"):
+        text = (f"Do not speculate at {_regions_words(regs, (LOSES,))}: {spec_mode} is slower there. At "
+                f"{_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
+                "(compare_launches: 2 or more, longer windows, compare_refine: true).")
+    elif status == "unclear":
+        text = ("No recommendation yet: at no level is the difference clear (the speedup's interval straddles 1, or "
+                "a mode failed). Measure again with compare_launches: 2 or more, or longer windows.")
+    else:
+        text = "No recommendation: no level has both modes measured with evidence."
+    if holes and status in ("crosses", "multiple", "loses_then_pays"):
+        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there; the table "
+                 "runs without speculation there.")
+    failed = cross.get("failed") or []
+    if failed:
+        text += (f" C={', '.join(f'{c:g}' for c in failed)} failed in a mode: no verdict there or across it; "
+                 "refinement measures it again.")
+    if status != "unknown":
+        text += _unmeasured_words(cross, c_min, c_max)
+    return {
+        "text": text,
+        "speculate_below": below,
+        "speculate_ranges": ranges,
+        "adaptive_table": table,
+        "adaptive_config": sglang_adaptive_config(table) if table else None,
+    }
+
+
+def _bracket_words(cross: dict) -> str:
+    """'30 and C=70 (the last level that clearly pays, the first that clearly loses: the 95% interval); ...'."""
+    lo, hi = cross.get("bracket") or [None, None]
+    point = fmt_conc(cross.get("concurrency"))
+    if lo is None:
+        return f"{point} (95% interval {cross.get('ci95_text') or 'not given'})."
+    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the 95% "
+            f"interval); {point} is a log-linear interpolation between the levels, an estimate.")
+
+
+def _crossing_words(cross: dict) -> str:
+    verb = "stops paying" if cross["direction"] == STOPS else "starts paying"
+    lo, hi = cross["bracket"]
+    return f"it {verb} between C={lo:g} and C={hi:g}, near {fmt_conc(cross['concurrency'])} (interpolated)"

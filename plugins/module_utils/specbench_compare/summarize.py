@@ -1,0 +1,323 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""One comparison (a speculative mode against the baseline), the host summary and its compact form."""
+
+from __future__ import annotations
+
+from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
+from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
+from .crossover import CROSSOVER_METHOD, crossover
+from .intervals import _stat, level_figures, ratio_ci
+from .recommend import recommendation
+from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
+
+
+def _mode_level_row(level: dict) -> dict:
+    """A level of one mode as it appears in summary.json (rounded, the key figures only)."""
+    fig = level_figures(level)
+    client = level.get("client") if isinstance(level.get("client"), dict) else {}
+    return {
+        "output_tok_per_s": _rnd(fig["throughput"], 3),
+        "output_tok_per_s_ci95": _rnd_pair(fig["throughput_ci95"], 3),
+        "per_stream_tok_per_s": _rnd(fig["per_stream"], 3),
+        "per_stream_tok_per_s_ci95": _rnd_pair(fig["per_stream_ci95"], 3),
+        "tpot_ms": _rnd(fig["tpot_ms"], 3),
+        "ttft_ms_p50": _stat(level, "ttft_ms", "p50"),
+        "e2e_ms_p50": _stat(level, "e2e_ms", "p50"),
+        "accept_length": _num(level.get("accept_length")),
+        "request_per_s": _num(level.get("request_per_s")),
+        "requests_ok": level.get("requests_ok"),
+        "requests_failed": level.get("requests_failed"),
+        "server_running_max": _stat(level, "server_running", "max"),
+        "server_queued_max": _stat(level, "server_queued", "max"),
+        "client_bottleneck": bool(client.get("bottleneck")),
+        "error": level.get("error"),
+    }
+
+
+def _levels_by_conc(result: dict | None) -> dict:
+    out = {}
+    for level in (result or {}).get("levels") or []:
+        if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+            out[level["concurrency"]] = level
+    return out
+
+
+def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str) -> dict:
+    """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation."""
+    b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
+    rows = []
+    borrowed = set()
+    for conc in sorted(set(b_levels) | set(s_levels)):
+        bl, sl = b_levels.get(conc), s_levels.get(conc)
+        row: dict = {"concurrency": conc}
+        bf = level_figures(bl) if bl else None
+        sf = level_figures(sl) if sl else None
+        thr = stream = tpot = (None, None)
+        if bf and sf:
+            thr = ratio_ci(sf["throughput"], sf["throughput_ci95"], bf["throughput"], bf["throughput_ci95"])
+            stream = ratio_ci(sf["per_stream"], sf["per_stream_ci95"], bf["per_stream"], bf["per_stream_ci95"])
+            tpot = ratio_ci(bf["tpot_ms"], bf["tpot_ms_ci95"], sf["tpot_ms"], sf["tpot_ms_ci95"])
+        for fig in (bf, sf):
+            if fig:
+                borrowed.update(fig["borrowed"])
+        row["speedup"] = _rnd(thr[0])
+        row["speedup_ci95"] = _rnd_pair(thr[1])
+        row["per_stream_speedup"] = _rnd(stream[0])
+        row["per_stream_speedup_ci95"] = _rnd_pair(stream[1])
+        row["tpot_speedup"] = _rnd(tpot[0])
+        row["tpot_speedup_ci95"] = _rnd_pair(tpot[1])
+        failed = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) if (why := level_failure(lv))]
+        saturated = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) for why in level_saturation(lv)]
+        row["failed"] = "; ".join(failed) or None
+        row["saturated"] = saturated
+        row["verdict"] = (SATURATED if saturated else FAILED if failed
+                          else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
+        row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
+        row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
+        row[base_mode] = _mode_level_row(bl) if bl else None
+        row[spec_mode] = _mode_level_row(sl) if sl else None
+        rows.append(row)
+    cross = crossover(rows)
+    measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
+    rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
+    notes = list(cross["notes"])
+    if borrowed:
+        notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
+    return {
+        "baseline_mode": base_mode,
+        "spec_mode": spec_mode,
+        "crossover_status": cross["status"],
+        "crossover_concurrency": cross["concurrency"],
+        "crossover_ci95": cross["ci95"],
+        "crossover_ci95_text": cross.get("ci95_text"),
+        "crossover_bracket": cross["bracket"],
+        "crossover_text": cross["text"],
+        "regions": cross["regions"],
+        "crossings": cross["crossings"],
+        "gaps": cross["gaps"],
+        "failed_levels": cross["failed"],
+        "saturated_levels": cross["excluded"],
+        "recommendation": rec["text"],
+        "speculate_below": rec["speculate_below"],
+        "speculate_ranges": rec["speculate_ranges"],
+        "adaptive_table": rec["adaptive_table"],
+        "adaptive_config": rec["adaptive_config"],
+        "notes": notes,
+        "levels": rows,
+    }
+
+
+def draft_steps(result: dict | None) -> int | None:
+    """The draft steps a speculative mode ran with (its server's resolved arguments), or None."""
+    if not result:
+        return None
+    for source in (_server_info(result), _server(result).get("settings") or {}):
+        value = source.get("speculative_num_steps") if isinstance(source, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def verdict(speedup, ci, base_level, spec_level) -> str:
+    """pays / loses (the interval clear of 1), unclear (it straddles 1), or missing."""
+    if speedup is None:
+        missing = [name for name, lv in (("baseline", base_level), ("speculative", spec_level)) if not lv]
+        if missing:
+            return f"not measured in {' and '.join(missing)}"
+        return "failed"
+    return level_verdict(speedup, ci)
+
+
+def tracking(results: dict, baseline: str, fixed: str, adaptive: str) -> dict | None:
+    """How close an adaptive mode comes to the better of baseline and a fixed speculative mode.
+
+    Per level: adaptive throughput / max(baseline, fixed), with its interval; the verdict
+    "tracks" when the interval reaches 0.95 or more at every level.
+    """
+    a, b, f = (_levels_by_conc(results.get(m)) for m in (adaptive, baseline, fixed))
+    rows = []
+    for conc in sorted(set(a) & set(b) & set(f)):
+        figs = {m: level_figures(lv[conc]) for m, lv in ((adaptive, a), (baseline, b), (fixed, f))}
+        if any(fig["throughput"] is None for fig in figs.values()):
+            continue
+        best = max((baseline, fixed), key=lambda m: figs[m]["throughput"])
+        mine, theirs = figs[adaptive], figs[best]
+        ratio, ci = ratio_ci(mine["throughput"], mine["throughput_ci95"], theirs["throughput"], theirs["throughput_ci95"])
+        rows.append(
+            {"concurrency": conc, "better_mode": best, "ratio_to_better": _rnd(ratio), "ratio_to_better_ci95": _rnd_pair(ci)}
+        )
+    if not rows:
+        return None
+    worst = min(rows, key=lambda r: r["ratio_to_better"])
+    ok = all((r["ratio_to_better_ci95"] or [r["ratio_to_better"]] * 2)[1] >= 0.95 for r in rows)
+    text = (
+        f"{adaptive} tracks the better of {baseline} and {fixed} at every level (within 5%)"
+        if ok
+        else f"{adaptive} falls behind the better mode: {worst['ratio_to_better']:.2f}x of {worst['better_mode']} at "
+        f"C={worst['concurrency']}"
+    )
+    return {"adaptive_mode": adaptive, "fixed_mode": fixed, "tracks": ok, "text": text, "levels": rows}
+
+
+def summarize_host(
+    results: dict[str, dict],
+    host: str,
+    run_id: str,
+    baseline: str = BASELINE,
+    modes: list[str] | None = None,
+    outcomes: dict | None = None,
+) -> dict:
+    """summary.json for one host: every speculative mode against the baseline.
+
+    ``results`` maps mode -> results file dict (modes whose file is missing are absent);
+    ``modes`` is the list asked for (default: the baseline, then the others found);
+    ``outcomes`` maps mode -> {status, error, gpu_before, gpu_after} as recorded by the run.
+    The first speculative mode in ``modes`` gives the top-level crossover and recommendation.
+    """
+    outcomes = dict(outcomes or {})
+    if modes is None:
+        modes = [baseline] + sorted(m for m in results if m != baseline)
+    if baseline not in modes:
+        raise CompareError(f"the baseline mode {baseline!r} is not among the modes compared ({', '.join(modes)}): add it")
+    spec_modes = [m for m in modes if m != baseline]
+    incomplete: list[str] = []
+    for mode in modes:
+        outcome = outcomes.get(mode) or {}
+        if mode not in results:
+            reason = outcome_error(outcome) if outcome else "no results file"
+            incomplete.append(f"{mode}: {outcome.get('status') or 'missing'}: {reason}")
+            outcomes.setdefault(mode, {"status": "missing", "error": "no results file"})
+        elif outcome.get("status") and outcome["status"] != "ok":
+            incomplete.append(f"{mode}: {outcome['status']}: {outcome_error(outcome)}")
+        elif results[mode].get("error"):
+            incomplete.append(f"{mode}: {results[mode]['error']}")
+        elif results[mode].get("status") in ("running", "failed", "stopped"):
+            state = "interrupted mid-sweep" if results[mode]["status"] == "running" else results[mode]["status"]
+            incomplete.append(f"{mode}: the sweep {state}")
+        else:
+            wanted = (results[mode].get("settings") or {}).get("concurrency")
+            got = {lv.get("concurrency") for lv in results[mode].get("levels") or [] if isinstance(lv, dict)}
+            if isinstance(wanted, list):
+                lost = [c for c in wanted if c not in got]
+                if lost:
+                    incomplete.append(f"{mode}: levels not measured: C={', '.join(map(str, lost))}")
+    for mode in modes:
+        for level in (results.get(mode) or {}).get("levels") or []:
+            why = level_failure(level)
+            if why and not any(why in reason for reason in incomplete):
+                incomplete.append(f"{mode}: C={level.get('concurrency')} failed: {why}")
+            elif why:
+                incomplete.append(f"{mode}: C={level.get('concurrency')} failed (above)")
+    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
+    conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes})
+    primary = comparisons[spec_modes[0]] if spec_modes else None
+    summary: dict = {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "host": host,
+        # From the inputs, not the clock: rendering the same results twice gives the same files.
+        "results_finished_at": max((str(r.get("finished_at")) for r in results.values() if r.get("finished_at")),
+                                   default=None),
+        "baseline_mode": baseline,
+        "spec_mode": spec_modes[0] if spec_modes else None,
+        "modes": modes,
+        "modes_measured": [m for m in modes if m in results],
+        "complete": not incomplete,
+        "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
+        "incomplete_reasons": incomplete,
+        "confounders": conf,
+        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD},
+    }
+    keys = (
+        "crossover_status",
+        "crossover_concurrency",
+        "crossover_ci95",
+        "crossover_ci95_text",
+        "crossover_bracket",
+        "crossover_text",
+        "regions",
+        "crossings",
+        "gaps",
+        "failed_levels",
+        "saturated_levels",
+        "recommendation",
+        "speculate_below",
+        "speculate_ranges",
+        "adaptive_table",
+        "adaptive_config",
+        "notes",
+        "levels",
+    )
+    for key in keys:
+        summary[key] = primary[key] if primary else None
+    if primary is None:
+        summary["recommendation"] = "No recommendation: no speculative mode was compared (add one to compare_modes)."
+        summary["levels"] = []
+    summary["comparisons"] = comparisons
+    adaptive = [m for m in spec_modes if "adaptive" in m]
+    fixed = [m for m in spec_modes if "adaptive" not in m]
+    summary["tracking"] = None
+    if adaptive and fixed and baseline in results:
+        summary["tracking"] = tracking(results, baseline, fixed[0], adaptive[0])
+    summary["series"] = {m: mode_series(results[m]) for m in modes if m in results}
+    summary["sources"] = {m: results[m].get("_path") for m in modes if m in results and results[m].get("_path")}
+    summary["servers"] = {
+        m: {
+            "engine": results[m].get("engine"),
+            "version": _server(results[m]).get("version"),
+            "command": _server(results[m]).get("command"),
+            "capacity": capacity_settings(results[m]),
+            "running_cap": running_cap(results[m]),
+        }
+        for m in modes
+        if m in results
+    }
+    summary["bench_settings"] = {m: results[m].get("settings") for m in modes if m in results}
+    return summary
+
+
+def mode_series(result: dict) -> list[dict]:
+    """Every level of one mode with its figures and intervals (what the plots draw)."""
+    out = []
+    for conc, level in sorted(_levels_by_conc(result).items()):
+        fig = level_figures(level)
+        out.append(
+            {
+                "concurrency": conc,
+                "output_tok_per_s": _rnd(fig["throughput"], 3),
+                "output_tok_per_s_ci95": _rnd_pair(fig["throughput_ci95"], 3),
+                "per_stream_tok_per_s": _rnd(fig["per_stream"], 3),
+                "per_stream_tok_per_s_ci95": _rnd_pair(fig["per_stream_ci95"], 3),
+                "error": level.get("error"),
+            }
+        )
+    return out
+
+
+def compact(summary: dict) -> dict:
+    """The part of a host summary that travels in set_stats and the fleet index."""
+    return {
+        "host": summary.get("host"),
+        "status": summary.get("status"),
+        "complete": summary.get("complete"),
+        "spec_mode": summary.get("spec_mode"),
+        "crossover_status": summary.get("crossover_status"),
+        "crossover_concurrency": summary.get("crossover_concurrency"),
+        "crossover_ci95": summary.get("crossover_ci95"),
+        "regions": summary.get("regions"),
+        "crossings": summary.get("crossings"),
+        "failed_levels": summary.get("failed_levels") or [],
+        "saturated_levels": summary.get("saturated_levels") or [],
+        "recommendation": summary.get("recommendation"),
+        "speculate_below": summary.get("speculate_below"),
+        "speculate_ranges": summary.get("speculate_ranges"),
+        "adaptive_config": summary.get("adaptive_config"),
+        "confounders": len(summary.get("confounders") or []),
+        "incomplete_reasons": summary.get("incomplete_reasons") or [],
+        "levels": [
+            {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"],
+             "verdict": lv.get("verdict")}
+            for lv in summary.get("levels") or []
+        ],
+    }

@@ -1,0 +1,78 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The fleet index of one run: index.json (one compact entry per host) and index.md.
+
+Renders host summaries that ``specbench_compare.summarize_host`` built; the index shows each host's
+verdict as its regions, so a status such as ``multiple`` never hides where speculation pays.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import SCHEMA, compact, fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_report import _md
+
+INDEX_SCHEMA = "specbench.compare-index/1"
+
+
+def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] | None = None) -> dict:
+    """index.json: one compact entry per host, plus the hosts that produced nothing."""
+    hosts = {}
+    for host, summary in sorted(summaries.items()):
+        entry = compact(summary)
+        entry["report"] = f"{host}/report.md"
+        entry["summary"] = f"{host}/summary.json"
+        hosts[host] = entry
+    for host, why in sorted((absent or {}).items()):
+        hosts.setdefault(host, {"host": host, "status": "failed", "complete": False, "crossover_status": "unknown",
+                                "crossover_concurrency": None, "crossover_ci95": None,
+                                "recommendation": f"No results: {why}", "incomplete_reasons": [why], "report": None})
+    statuses = [h["status"] for h in hosts.values()]
+    return {
+        "schema": INDEX_SCHEMA,
+        "summary_schema": SCHEMA,
+        "run_id": run_id,
+        "hosts_total": len(hosts),
+        "hosts_complete": statuses.count("complete"),
+        "hosts": hosts,
+    }
+
+
+def regions_words(regs) -> str:
+    """[{from 1, to 10, loses}, ...] -> 'loses C=1-10, pays C=30-70' ('-' without regions)."""
+    words = []
+    for r in regs or []:
+        lo, hi = r["from_concurrency"], r["to_concurrency"]
+        words.append(f"{r['verdict']} C={lo:g}" + ("" if hi == lo else f"-{hi:g}"))
+    return ", ".join(words) or "-"
+
+
+def render_index_md(index: dict) -> str:
+    lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
+    lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
+    lines.append("")
+    lines.append("| host | status | verdict | regions | crossover C (interpolated) | 95% interval | speculate at | "
+                 "confounders | report |")
+    lines.append("|---|---|---|---|---:|---|---|---:|---|")
+    for host, h in index["hosts"].items():
+        ci = h.get("crossover_ci95")
+        ci_text = "-" if not ci else f"{ci[0]:g} to {ci[1]:g}" if None not in ci else \
+            f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to {fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
+        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else "-"
+        ranges = h.get("speculate_ranges") or []
+        where = ", ".join(f"{a}+" if not b else f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in ranges) or "nowhere"
+        report = f"[report]({h['report']})" if h.get("report") else "-"
+        lines.append(f"| {host} | {h.get('status')} | {(h.get('crossover_status') or '-').replace('_', ' ')} | "
+                     f"{regions_words(h.get('regions'))} | {cross} | {ci_text} | {where} | {h.get('confounders', 0)} | "
+                     f"{report} |")
+    lines.append("")
+    for host, h in index["hosts"].items():
+        lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
+        for reason in h.get("incomplete_reasons") or []:
+            lines.append(f"  - incomplete: {_md(reason)}")
+        saturated = h.get("saturated_levels") or []
+        if saturated:
+            at = ", ".join(f"{item['concurrency']:g}" for item in saturated)
+            lines.append(f"  - no evidence (saturated: C={at}): "
+                         + _md("; ".join(r for s in saturated for r in s["reasons"])))
+    lines.append("")
+    return "\n".join(lines)
