@@ -265,6 +265,17 @@ levels:
     client:
       description: The client's own CPU use per worker process and whether it was the bottleneck.
       type: dict
+    saturated:
+      description:
+        - Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
+          its own model's rate)); empty when it did. A saturated level is not evidence about the node.
+      type: list
+      elements: str
+    emulator_model:
+      description:
+        - On the emulator only (absent on real engines), its own analytic rate at this level from
+          C(GET /emulator/analytic), wall-clock, with its C(source).
+      type: dict
     warnings:
       description: Conditions that make the figures suspect (client bottleneck, short outputs...).
       type: list

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 import pytest
-from compare_kit import node_vars, run_playbook
+from compare_kit import node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
 from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
 
@@ -102,6 +102,8 @@ def test_compare_runs_every_mode_on_two_hosts_at_once_and_succeeds(accuracy_run)
 )
 def test_crossover_matches_the_emulators_analytic_model_within_one_level(accuracy_run, host, profile, levels, lengths):
     _unused1, run_dir, _unused2 = accuracy_run
+    # The machine first: a level it could not serve at the model's speed is about the machine.
+    assert not not_kept_up(run_dir / host), "the machine did not keep up:\n" + "\n".join(not_kept_up(run_dir / host))
     found = summary(run_dir, host)
     truth = truth_crossover(profile, *lengths)
     assert found["complete"], found["incomplete_reasons"]

@@ -15,8 +15,9 @@ import time
 from array import array
 
 from . import engines
+from .keepup import saturation
 from .request import VOCAB, synth_prompt_tokens
-from .server import MetricsPoller, flush_cache, server_accept_length, tokens_of
+from .server import MetricsPoller, flush_cache, http_call, server_accept_length, tokens_of
 from .settings import SettingsError
 from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
 from .worker import Worker, snap
@@ -319,6 +320,8 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
                 f"the prompts held {level['input_tokens_mean']:.1f} of the server's tokens on average, "
                 f"{100 * off:+.1f}% off input_len {settings['input_len']}: the calibration on "
                 f"{CALIBRATION_PROMPTS} prompts did not carry over (give prompts of your own with prompts_file)")
+    # A level the client or the engine could not serve at the node's speed is named, never used.
+    level["saturated"] = saturation(settings, server, level, http_call)
     level["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     level["duration_s"] = round(time.monotonic() - t_start, 3)
     if trace:

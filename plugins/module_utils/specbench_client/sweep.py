@@ -50,6 +50,8 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     client = level.get("client") or {}
     if client.get("bottleneck"):
         parts.append("CLIENT-BOUND")
+    if level.get("saturated"):
+        parts.append("SATURATED, not evidence about the node: " + "; ".join(level["saturated"]))
     if level.get("error"):
         parts.append(f"ERROR: {level['error']}")
     return " | ".join(parts)
@@ -129,5 +131,5 @@ def unmeasured_level(concurrency: int, error: str) -> dict:
     level.update(empty_level_fields())
     level.update({"output_tok_per_s_whole_run": None, "request_per_s": None, "failures_by_kind": {},
                   "decode_tok_per_s_per_stream": None, "server_running": None, "server_queued": None,
-                  "client": None})
+                  "client": None, "saturated": []})
     return level
