@@ -276,6 +276,12 @@ levels:
         - On the emulator only (absent on real engines), its own analytic rate at this level from
           C(GET /emulator/analytic), wall-clock, with its C(source).
       type: dict
+    figures:
+      description:
+        - Which speed the figures are at. On the emulator at a known time scale C(node speed ...), the rates
+          multiplied and the latencies divided by the time scale, the measured ones kept as C(wall_clock_<name>);
+          C(measured) on a real engine.
+      type: str
     warnings:
       description: Conditions that make the figures suspect (client bottleneck, short outputs...).
       type: list

@@ -16,6 +16,7 @@ from array import array
 
 from . import engines
 from .keepup import saturation
+from .labels import level_at_node_speed
 from .request import VOCAB, synth_prompt_tokens
 from .server import MetricsPoller, flush_cache, http_call, server_accept_length, tokens_of
 from .settings import SettingsError
@@ -282,7 +283,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     except (OSError, RuntimeError, SettingsError) as exc:
         level["error"] = f"C={concurrency}: the client failed: {exc}"
         level.update(empty_level_fields())
-        return level
+        return level_at_node_speed(level, server)
     level.update(summarize(raws, settings, concurrency))
     if spec:
         if settings["api"] == "native" and level.pop("_spec_verify"):
@@ -326,4 +327,5 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     level["duration_s"] = round(time.monotonic() - t_start, 3)
     if trace:
         level["_traces"] = [t for raw in raws for t in raw["traces"]]
-    return level
+    # On the emulator: every figure at the emulated node's speed, the measured ones as wall_clock_*.
+    return level_at_node_speed(level, server)

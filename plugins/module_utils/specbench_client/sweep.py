@@ -18,7 +18,8 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     """One progress line: concurrency, tok/s with its interval, TTFT p50, errors.
 
     With ``server`` (the results' server block) the line names the engine; on the emulator the
-    tok/s are the emulated node's (labels.node_speed), the wall-clock figure beside them."""
+    tok/s are the emulated node's (a level converted by labels.level_at_node_speed, or converted
+    here for one written before), the wall-clock figure beside them."""
     conc = level.get("concurrency")
     tok = level.get("output_tok_per_s")
     ci = level.get("output_tok_per_s_ci95")
@@ -32,6 +33,11 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     parts = [f"{prefix}{engine_label(server)} | C={conc:>4}" if server is not None else f"{prefix}C={conc:>4}"]
     if tok is None:
         parts.append("output      -  tok/s")
+    elif emu is not None and "wall_clock_output_tok_per_s" in level:
+        interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
+        wall_tok = level["wall_clock_output_tok_per_s"]
+        parts.append(f"output {tok:9.1f} tok/s at node speed{interval} "
+                     + (f"({wall_tok:.1f} wall-clock)" if wall_tok is not None else "(wall-clock -)"))
     elif emu is not None:
         scale = emu["time_scale"]
         interval = f" [{node_speed(ci[0], scale):.1f}, {node_speed(ci[1], scale):.1f}]" if ci else ""
@@ -40,7 +46,7 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     else:
         interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
         parts.append(f"output {tok:9.1f} tok/s{wall}{interval}")
-    if emu is not None and ttft is not None:
+    if emu is not None and ttft is not None and "wall_clock_ttft_ms" not in level:
         ttft = node_latency(ttft, emu["time_scale"])
     parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
     accept = level.get("accept_length")
