@@ -69,6 +69,10 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
             return None, [], 0.0
     else:
         usable = batches * FINE_BINS_PER_BATCH
+        we = raw.get("we")
+        if we is not None and math.isfinite(we) and we > ws:  # an adaptive window ends where it reached its target
+            usable = max(batches, int(round((we - ws) / bin_w)))
+            usable -= usable % batches
         if raw["stop_reason"] and raw["last_end"] is not None:
             usable = min(usable, max(0, int((raw["last_end"] - ws) / bin_w)))
             usable -= usable % batches

@@ -53,6 +53,13 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     if accept:
         parts.append(f"accept {accept:.2f}")
     parts.append(f"ok {level.get('requests_ok', 0)} failed {level.get('requests_failed', 0)}")
+    window = level.get("window") or {}
+    if window.get("adaptive"):
+        parts.append(f"window {window.get('planned_s') or 0:g} s planned, {window.get('used_s') or 0:g} s used, "
+                     + (f"+-{100 * window['target_rel_ci']:g}% reached" if window.get("target_reached")
+                        else f"+-{100 * window['target_rel_ci']:g}% NOT reached (maximum {window.get('max_s') or 0:g} s)"))
+    elif window.get("planned_s") is not None:
+        parts.append(f"window {window.get('used_s') or 0:g} s")
     client = level.get("client") or {}
     if client.get("bottleneck"):
         parts.append("CLIENT-BOUND")
