@@ -292,8 +292,8 @@ levels:
       type: dict
     saturated:
       description:
-        - Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
-          its own model's rate)); empty when it did. A saturated level is not evidence about the node.
+        - "Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
+          its own model's rate)); empty when it did. A saturated level is not evidence about the node."
       type: list
       elements: str
     emulator_model:
