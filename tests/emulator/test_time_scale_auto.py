@@ -47,3 +47,19 @@ def test_bad_capacities_and_launches_are_refused():
                           timeout=60)
     assert proc.returncode == 1 and "--speculative-draft-model-path is required" in proc.stderr
     assert round_up(0.0634) == 0.064 and round_up(2.37) == 2.4
+
+
+@pytest.mark.parametrize("profile, levels, length, tp, scale", [
+    ("kimi-k2.5-8x-rtx-pro-6000", "1,2,4", 256, "8", 0.25),  # tests/compare/test_compare_runs.py, kimi
+    ("llama-3.1-8b-1x-h100", "16,32,64", 64, "1", 4.0),  # tests/compare/test_compare_runs.py, llama
+    ("kimi-k2.5-moe", "4,32,128", 32, "8", 0.5),  # tests/compare/test_regions_runs.py, moe
+])
+def test_the_emulator_comparison_tests_run_no_faster_than_this_machine_sustains(profile, levels, length, tp, scale):
+    """The runs that judge a verdict on the emulator (issue 16's flaky pair) use time scales at least as
+    slow as auto would choose for their levels: the machine, not the node, would otherwise set them."""
+    found = json.loads(subprocess.run(
+        [sys.executable, str(PLAN), "--levels", levels, "--input-len", str(length), "--output-len", str(length), "--",
+         "--model-path", "m", "--emulator-profile", profile, "--tp-size", tp, "--mem-fraction-static", "0.88",
+         "--max-running-requests", "256"], capture_output=True, text=True, check=True, timeout=60).stdout)
+    chosen = choose_time_scale(found, emulator_tok_per_cpu_s=21900, client_tok_per_cpu_s=205000, fastest=0.01)
+    assert scale >= chosen["time_scale"], chosen["text"]
