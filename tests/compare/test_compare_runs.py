@@ -63,7 +63,7 @@ def accuracy_run(tmp_path_factory):
                                   cmp.adaptive_table(math.ceil(truth_crossover(KIMI)))),
                               bench_concurrency=KIMI_LEVELS, bench_warmup_s=1, bench_window_s=3),
             # Slowed down (time scale 4) so that C=64 stays well inside what two loaded cores can serve
-            # (auto would choose 0.82 for these levels: tests/emulator/test_time_scale_auto.py); the test
+            # (auto would choose 0.75 for these levels: tests/emulator/test_time_scale_auto.py); the test
             # asserts the machine kept up (level.saturated) before it judges the verdict.
             "llama": node_vars(nodes["llama"], free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
                                bench_concurrency=LLAMA_LEVELS, bench_input_len=64, bench_output_len=64,
