@@ -14,7 +14,8 @@ description:
     capacities in tokens per CPU-second (C(specbench.core) C(emulator_scale.choose_time_scale)).
   - Read-only; used by role C(sglang_server) when C(sglang_server_emulator_time_scale) is C(auto).
 version_added: "0.1.0"
-author: specbench contributors
+author:
+  - specbench contributors (!UNKNOWN)
 extends_documentation_fragment:
   - specbench.core.attributes
 options:
