@@ -53,14 +53,17 @@ def test_the_plan_and_the_record():
 
 def test_an_adaptive_window_closes_early_when_settled_and_runs_to_its_maximum_otherwise(emulator):
     emu = emulator("--tp-size", "8", time_scale=0.1)
-    fast = settings(emu.base_url, target_rel_ci=0.05, window_s=4.0, window_max_s=6.0, window_min_requests=5)
+    # C=1 at time scale 0.1: a request lasts 0.28 s, so 5 of them take 1.4 s of the 6 s planned. Its rate
+    # is steady (the interval some +-1 % idle); +-20 % leaves room for a machine loaded to 10 (whose
+    # scheduling jitter widened the +-5 % this test first asked beyond reach in 4 s).
+    fast = settings(emu.base_url, target_rel_ci=0.2, window_s=6.0, window_max_s=8.0, window_min_requests=5)
     server = sc.probe_server(fast)
     level = sc.run_level(fast, 1, server)
     assert level["error"] is None, level
     window = level["window"]
     assert window["adaptive"] and window["target_reached"], window
     assert window["used_s"] < window["planned_s"], window
-    assert window["request_durations"] >= 5 and window["reached_rel_ci"] <= 0.05
+    assert window["request_durations"] >= 5 and window["reached_rel_ci"] <= 0.2
     strict = settings(emu.base_url, target_rel_ci=0.0001, window_s=1.0, window_max_s=2.0, window_min_requests=2)
     level = sc.run_level(strict, 1, server)
     window = level["window"]

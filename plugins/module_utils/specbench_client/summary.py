@@ -28,6 +28,8 @@ MIN_EFFECTIVE_STRETCHES = 5
 # interval then holds, the pieces of requests cut by the window's edges only adding independent ones.
 MIN_REQUESTS_FOR_INTERVAL = 2
 MANY_REQUESTS = 10
+# The interval is computed over at most this many bins (the correlation time's estimate costs bins x lags).
+MAX_BINS = 250
 
 BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
 READ_LAG_LIMIT_S = 0.010  # reads this far behind the data's arrival, on average: the client lags
@@ -136,7 +138,7 @@ def window_interval(fine: list, window: float, requests: tuple | None = None, st
         return out  # a request or two per stream, and few streams: the window's rate is a request or two
     mean = math.fsum(fine) / len(fine)
     bin_s = window / len(fine)
-    group = max(1, int(math.ceil(4 * step / bin_s)) if step > 0 else 1)
+    group = max(1, int(math.ceil(4 * step / bin_s)) if step > 0 else 1, -(-len(fine) // MAX_BINS))
     coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
     named = []
     if len(coarse) >= 4:
