@@ -135,6 +135,8 @@ def test_a_slow_drift_is_covered_or_flagged():
     longer window): each window either covers the truth or warns that it holds too few correlation times."""
     covered, unused, flagged = coverage("C=32 with a 6 s drift", 32, 256, 20.0, 0.2, 0.5, 60.0, 6.0, 0.05, draws=100)
     assert covered >= 90 or covered + flagged >= 90, (covered, flagged)
+
+
 @pytest.mark.parametrize("tau_bins", [3.0, 8.4, 49.0])
 def test_ar1_series_of_50_bins_are_covered_or_flagged(tau_bins):
     """The issue's AR(1) series: 50 bins with an integrated correlation time of 3, 8.4 and 49 bins
