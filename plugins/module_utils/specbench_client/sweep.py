@@ -33,7 +33,7 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     parts = [f"{prefix}{engine_label(server)} | C={conc:>4}" if server is not None else f"{prefix}C={conc:>4}"]
     if tok is None:
         parts.append("output      -  tok/s")
-    elif emu is not None and "wall_clock_output_tok_per_s" in level:
+    elif "wall_clock_output_tok_per_s" in level:  # converted where it was made (labels.level_at_node_speed)
         interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
         wall_tok = level["wall_clock_output_tok_per_s"]
         parts.append(f"output {tok:9.1f} tok/s at node speed{interval} "
