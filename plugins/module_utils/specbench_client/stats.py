@@ -46,6 +46,16 @@ def t975(df: int) -> float:
     return T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df
 
 
+def t975_fractional(df: float) -> float:
+    """t975 at a fractional number of degrees of freedom: linear in 1 / df between the whole
+    numbers around it (1.8 degrees of freedom: 5.2, where t975(1) would give 12.7)."""
+    lo = max(1, int(df))
+    if df <= lo:
+        return t975(lo)
+    w = (1 / lo - 1 / df) / (1 / lo - 1 / (lo + 1))
+    return t975(lo) + w * (t975(lo + 1) - t975(lo))
+
+
 def mean_ci95(samples: list[float]) -> tuple[float, list[float] | None]:
     """Mean and its 95 % t-interval; no interval from fewer than two samples."""
     n = len(samples)
@@ -134,8 +144,8 @@ def overlapping_batch_means_ci95(samples, batch: int) -> tuple[float, list[float
         prefix.append(prefix[-1] + x)
     spread = math.fsum(((prefix[j + b] - prefix[j]) / b - mean) ** 2 for j in range(n - b + 1))
     var_mean = b * spread / ((n - b + 1) * (n - b))
-    df = OBM_DF * (n / b - 1)
-    half = t975(max(1, int(df))) * math.sqrt(var_mean)
+    df = max(1.0, OBM_DF * (n / b - 1))
+    half = t975_fractional(df) * math.sqrt(var_mean)
     return mean, [mean - half, mean + half], df
 
 
