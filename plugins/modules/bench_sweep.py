@@ -81,6 +81,25 @@ options:
       - Length of the measurement window, in seconds (window mode).
     type: float
     default: 60
+  target_rel_ci:
+    description:
+      - Adaptive window when above 0 - each level measures until its 95% interval's half-width is at most
+        this fraction of its figure (e.g. C(0.03)) and it has lasted O(window_min_requests) mean request
+        durations, or until O(window_max_s); it may stop before O(window_s) (the window planned). The level
+        records C(window) (C(planned_s), C(used_s), C(target_reached)). 0 is a fixed window of O(window_s).
+      - Needs the level in one worker process; with several (above 256 streams by default) the window stays fixed.
+    type: float
+    default: 0
+  window_max_s:
+    description:
+      - The longest an adaptive window may last, in seconds; 0 is four times O(window_s).
+    type: float
+    default: 0
+  window_min_requests:
+    description:
+      - The mean request durations an adaptive window lasts at least.
+    type: int
+    default: 5
   requests:
     description:
       - Request-count mode when above 0 - this many requests per level after the warmup; the
@@ -265,6 +284,29 @@ levels:
     client:
       description: The client's own CPU use per worker process and whether it was the bottleneck.
       type: dict
+    window:
+      description:
+        - The window - C(planned_s) (window_s), C(used_s), C(adaptive); for an adaptive one C(target_rel_ci),
+          C(reached_rel_ci), C(max_s), C(min_request_durations), C(request_durations) and C(target_reached)
+          (false - it stopped at its maximum without the target - is a confounder).
+      type: dict
+    saturated:
+      description:
+        - "Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
+          its own model's rate)); empty when it did. A saturated level is not evidence about the node."
+      type: list
+      elements: str
+    emulator_model:
+      description:
+        - On the emulator only (absent on real engines), its own analytic rate at this level from
+          C(GET /emulator/analytic), wall-clock, with its C(source).
+      type: dict
+    figures:
+      description:
+        - Which speed the figures are at. On the emulator at a known time scale C(node speed ...), the rates
+          multiplied and the latencies divided by the time scale, the measured ones kept as C(wall_clock_<name>);
+          C(measured) on a real engine.
+      type: str
     warnings:
       description: Conditions that make the figures suspect (client bottleneck, short outputs...).
       type: list
@@ -301,6 +343,9 @@ ARGUMENT_SPEC = {
     "output_len": {"type": "int", "default": DEFAULTS["output_len"]},
     "warmup_s": {"type": "float", "default": DEFAULTS["warmup_s"]},
     "window_s": {"type": "float", "default": DEFAULTS["window_s"]},
+    "target_rel_ci": {"type": "float", "default": DEFAULTS["target_rel_ci"]},
+    "window_max_s": {"type": "float", "default": DEFAULTS["window_max_s"]},
+    "window_min_requests": {"type": "int", "default": DEFAULTS["window_min_requests"]},
     "requests": {"type": "int", "default": DEFAULTS["requests"]},
     "repeats": {"type": "int", "default": DEFAULTS["repeats"]},
     "batches": {"type": "int", "default": DEFAULTS["batches"]},

@@ -47,3 +47,21 @@ def node_vars(node_dir: Path, port: int, profile: str = "kimi-k2.5-8x-rtx-pro-60
         gpu_kill_patterns=[re.escape(str(node_dir))],
     )
     return local_host(**{**defaults, **more})
+
+
+def not_kept_up(host_dir: Path) -> list[str]:
+    """Every level where the machine did not keep up, across a host's results files
+    (``<mode>.json`` and ``<mode>@<tag>.json``): ``"<file> C=<c>: <reason>"``, from each level's
+    ``saturated`` (specbench_client.keepup: the client's CPU, the emulator's delivered rate against
+    its own analytic model). A test on the emulator asserts this is empty before it judges a
+    verdict, so a machine too loaded for the run fails with that reason, never with a wrong verdict."""
+    import json
+
+    found = []
+    for path in sorted(host_dir.glob("*.json")):
+        doc = json.loads(path.read_text())
+        if not isinstance(doc, dict) or not str(doc.get("schema", "")).startswith("specbench.bench_sweep"):
+            continue
+        for level in doc.get("levels") or []:
+            found += [f"{path.name} C={level.get('concurrency')}: {why}" for why in level.get("saturated") or []]
+    return found

@@ -20,7 +20,7 @@ import math
 from pathlib import Path
 
 import pytest
-from compare_kit import node_vars, run_playbook
+from compare_kit import node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
 from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
 
@@ -139,6 +139,8 @@ def refine_run(tmp_path_factory):
 def test_the_moe_profile_reports_multiple_with_both_regions_where_the_model_puts_them(moe_run):
     run, run_dir = moe_run
     assert run.rc == 0, run.stdout[-4000:]
+    # The machine first: a level it could not serve at the model's speed is about the machine.
+    assert not not_kept_up(run_dir / "moe"), "the machine did not keep up:\n" + "\n".join(not_kept_up(run_dir / "moe"))
     found = summary(run_dir, "moe")
     assert found["crossover_status"] == "multiple", found["crossover_text"]
     assert [r["verdict"] for r in found["regions"]] == ["loses", "pays", "loses"], found["regions"]

@@ -205,6 +205,27 @@ def test_node_speed_lives_in_one_place_and_the_progress_line_says_engine_and_sca
     assert "921.0 tok/s wall-clock [910.0, 930.0]" in unknown and "node speed" not in unknown
 
 
+def test_a_level_on_the_emulator_is_recorded_at_node_speed_with_the_wall_clock_beside_it():
+    server = {"engine": "emulator", "server_info": {"emulator": {"time_scale": 0.1}}}
+    level = {"concurrency": 1, "output_tok_per_s": 921.4, "output_tok_per_s_ci95": [910.0, 930.0],
+             "request_per_s": 3.6, "ttft_ms": {"p50": 4.0, "mean": 4.2}, "tpot_ms": {"mean": 1.08, "mean_ci95": [1.0, 1.2]},
+             "decode_tok_per_s_per_stream": {"mean": 926.0}, "server_output_tok_per_s": 920.0,
+             "requests_ok": 5, "requests_failed": 0, "emulator_model": {"output_tok_per_s": 926.0}}
+    node = labels.level_at_node_speed(dict(level), server)
+    assert node["output_tok_per_s"] == pytest.approx(92.14) and node["wall_clock_output_tok_per_s"] == 921.4
+    assert node["output_tok_per_s_ci95"] == pytest.approx([91.0, 93.0])
+    assert node["ttft_ms"]["p50"] == pytest.approx(40.0) and node["wall_clock_ttft_ms"]["p50"] == 4.0
+    assert node["tpot_ms"]["mean_ci95"] == pytest.approx([10.0, 12.0])
+    assert node["request_per_s"] == pytest.approx(0.36) and node["server_output_tok_per_s"] == pytest.approx(92.0)
+    assert node["emulator_model"]["output_tok_per_s"] == pytest.approx(92.6)
+    assert "node speed" in node["figures"] and node["requests_ok"] == 5
+    assert labels.level_at_node_speed(node, server) is node and node["output_tok_per_s"] == pytest.approx(92.14)
+    line = format_level_line(node, server=server)
+    assert "92.1 tok/s at node speed [91.0, 93.0] (921.4 wall-clock)" in line and "TTFT p50 40 ms" in line
+    real = labels.level_at_node_speed(dict(level), {"engine": "sglang", "server_info": {}})
+    assert real["output_tok_per_s"] == 921.4 and "wall_clock_output_tok_per_s" not in real
+
+
 def test_the_report_opens_with_a_banner_when_any_mode_ran_on_the_emulator():
     summary = json.loads(json.dumps({"host": "n", "run_id": "r", "modes": ["baseline", "eagle3"], "complete": True,
                                      "servers": {
@@ -215,7 +236,8 @@ def test_the_report_opens_with_a_banner_when_any_mode_ran_on_the_emulator():
     assert lines[0] == "# Speculative decoding A/B: n" and lines[1] == ""
     banner = lines[2]  # the report opens with it, right under the title
     assert banner.startswith("> **EMULATED, NOT MEASURED ON GPUS**: mode(s) `eagle3` ran on the specbench")
-    assert "`baseline`" not in banner and "time scale 0.1" in banner and "multiply by the time scale" in lines[3]
+    assert "`baseline`" not in banner and "time scale 0.1" in banner and "emulated node's own" in lines[3]
+    assert "wall_clock_*" in lines[3]
     real = {"baseline": {"engine": "sglang", "version": "0.5.23"}}
     assert labels.emulated_banner(real) == []
     external = labels.emulated_banner({"eagle3": {"engine": "external", "version": "0.5.23+specbench-emulator"}})

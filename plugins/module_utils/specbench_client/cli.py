@@ -39,6 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=d["requests"],
                    help="request-count mode: requests per level after the warmup (default 0: window mode)")
     p.add_argument("--repeats", type=int, default=d["repeats"], help="runs per level (default %(default)s)")
+    p.add_argument("--target-rel-ci", type=float, default=d["target_rel_ci"],
+                   help="adaptive window: measure until the 95%% interval's half-width is this fraction of the "
+                        "figure, e.g. 0.03 (0: a fixed --window-s)")
+    p.add_argument("--window-max-s", type=float, default=d["window_max_s"],
+                   help="an adaptive window's longest, in s (0: 4 x --window-s)")
+    p.add_argument("--window-min-requests", type=int, default=d["window_min_requests"],
+                   help="an adaptive window lasts at least this many mean request durations")
     p.add_argument("--batches", type=int, default=d["batches"],
                    help="batch means for the interval with one repeat (default %(default)s)")
     p.add_argument("--seed", type=int, default=d["seed"], help="prompt seed (default %(default)s)")

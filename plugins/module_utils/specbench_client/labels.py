@@ -4,8 +4,10 @@
 
 The one place the emulator's time scale is turned into node speed. The emulator runs every
 modelled duration times ``time_scale`` (0.1: ten times faster than the node it emulates), so a
-wall-clock 921 tok/s at time scale 0.1 is the node's 92.1 tok/s. Wall-clock figures stay in the
-results as measured; these helpers name and convert them wherever they are shown.
+wall-clock 921 tok/s at time scale 0.1 is the node's 92.1 tok/s, and a wall-clock TTFT of 4 ms
+the node's 40 ms. ``level_at_node_speed`` converts a measured level once, where it is made
+(specbench_client.level.run_level): every figure a person or a program reads is then the node's,
+the wall-clock ones stay beside them as ``wall_clock_<name>``.
 """
 from __future__ import annotations
 
@@ -38,6 +40,51 @@ def node_speed(tok_per_s, time_scale: float):
 def node_latency(ms, time_scale: float):
     """Wall-clock milliseconds on the emulator -> the emulated node's milliseconds."""
     return None if ms is None or not time_scale else ms / time_scale
+
+
+# A level's figures in tokens (or requests) per second: multiplied by the time scale.
+RATE_FIELDS = ("output_tok_per_s", "output_tok_per_s_ci95", "output_tok_per_s_whole_run", "request_per_s",
+               "server_output_tok_per_s", "decode_tok_per_s_per_stream")
+# Its latencies in milliseconds: divided by the time scale.
+LATENCY_FIELDS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+
+
+def _convert(value, factor: float):
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return round(value * factor, 6)
+    if isinstance(value, list):
+        return [_convert(v, factor) for v in value]
+    if isinstance(value, dict):
+        return {k: _convert(v, factor) for k, v in value.items()}
+    return value
+
+
+def level_at_node_speed(level: dict, server: dict | None) -> dict:
+    """``level`` with its rates and latencies at the emulated node's speed, when ``server`` is the
+    emulator at a known time scale; the measured figures kept as ``wall_clock_<name>``, and
+    ``figures`` saying which (``node speed (emulator, time scale x)`` or ``wall-clock``). A level
+    already converted, or from a real engine, is returned as it is."""
+    emu = emulation(server)
+    if "figures" in level:
+        return level
+    if emu is None or not emu["time_scale"]:
+        level["figures"] = "wall-clock" if emu is not None else "measured"
+        return level
+    scale = emu["time_scale"]
+    for names, factor in ((RATE_FIELDS, scale), (LATENCY_FIELDS, 1.0 / scale)):
+        for name in names:
+            if name in level:
+                level[f"wall_clock_{name}"] = level[name]
+                level[name] = _convert(level[name], factor)
+    model = level.get("emulator_model")
+    if isinstance(model, dict) and model.get("output_tok_per_s") is not None:
+        model["wall_clock_output_tok_per_s"] = model["output_tok_per_s"]
+        model["output_tok_per_s"] = _convert(model["output_tok_per_s"], scale)
+    level["figures"] = (f"node speed (emulator, time scale {scale:g}): wall-clock rates x {scale:g}, latencies "
+                        f"/ {scale:g}; the measured ones in wall_clock_*")
+    return level
 
 
 def engine_label(server: dict | None) -> str:
@@ -82,7 +129,9 @@ def emulated_banner(servers: dict) -> list[str]:
         f"> **EMULATED, NOT MEASURED ON GPUS**: mode(s) {', '.join(f'`{m}`' for m in emulated)} ran on the specbench "
         f"SGLang emulator (engine: emulator, time scale {scale_text}). Its figures come from a performance model of "
         "the node, not from the node.",
-        f"> Throughput below is wall-clock on the emulator: multiply by the time scale ({scale_text}) for the emulated "
-        "node's own tok/s (latencies: divide). Speedups and the crossover concurrency do not depend on the scale.",
+        f"> Figures below are the emulated node's own: the emulator's wall-clock rates times its time scale "
+        f"({scale_text}), latencies divided by it (the raw <mode>.json files keep the measured ones as wall_clock_*; "
+        "a results file written before they did holds wall-clock figures only). Speedups and the crossover "
+        "concurrency do not depend on the scale.",
         "",
     ]

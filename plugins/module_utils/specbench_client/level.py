@@ -15,8 +15,10 @@ import time
 from array import array
 
 from . import engines
+from .keepup import saturation
+from .labels import level_at_node_speed
 from .request import VOCAB, synth_prompt_tokens
-from .server import MetricsPoller, flush_cache, server_accept_length, tokens_of
+from .server import MetricsPoller, flush_cache, http_call, server_accept_length, tokens_of
 from .settings import SettingsError
 from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
 from .worker import Worker, snap
@@ -83,6 +85,38 @@ def ensure_fd_limit(needed: int) -> None:
         raise SettingsError(f"{needed} streams in one process need {needed} open files, but the hard limit is "
                             f"{hard}: raise `ulimit -n` on the node or use more workers")
     resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
+def adaptive_plan(settings: dict, workers: int) -> tuple[dict | None, str | None]:
+    """(the worker's adaptive-window plan, or None; why not, when one was asked for). An adaptive
+    window needs the whole level's rate in one process: with several worker processes (above
+    256 streams by default) the window stays fixed at window_s."""
+    if not settings.get("target_rel_ci") or settings["requests"]:
+        return None, None
+    if workers > 1:
+        return None, f"{workers} worker processes: a fixed window of {settings['window_s']:g} s"
+    max_s = settings.get("window_max_s") or 4 * settings["window_s"]
+    return {"target": settings["target_rel_ci"], "min_durations": settings["window_min_requests"],
+            "max_s": max_s, "check_s": max(0.1, min(1.0, settings["window_s"] / 20))}, None
+
+
+def window_record(settings: dict, level: dict, plan: dict | None, why_not: str | None) -> dict:
+    """What the level's window was: planned and used seconds, and for an adaptive one its target
+    and whether it was reached (``target_reached: false`` at the maximum is a confounder)."""
+    record = {"planned_s": settings["window_s"], "used_s": level.get("window_s"), "adaptive": plan is not None}
+    if why_not:
+        record["not_adaptive"] = why_not
+    if plan is None:
+        return record
+    rate, ci = level.get("output_tok_per_s"), level.get("output_tok_per_s_ci95")
+    reached = round((ci[1] - ci[0]) / 2 / rate, 4) if ci and rate else None
+    e2e = (level.get("e2e_ms") or {}).get("mean")
+    durations = round(level["window_s"] / (e2e / 1000.0), 2) if e2e and level.get("window_s") else None
+    record.update(target_rel_ci=plan["target"], reached_rel_ci=reached, max_s=plan["max_s"],
+                  min_request_durations=plan["min_durations"], request_durations=durations,
+                  target_reached=bool(reached is not None and reached <= plan["target"]
+                                      and durations is not None and durations >= plan["min_durations"]))
+    return record
 
 
 def _run_in_child(plan: dict, ids: list[int]) -> tuple[int, int, int]:
@@ -178,8 +212,9 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
         shares = [total * len(ids) // concurrency for ids in groups]
         for i in range(total - sum(shares)):
             shares[i % workers] += 1
+    adaptive = adaptive_plan(settings, workers)[0]
     plans = [{"settings": settings, "model": model, "t0": t0, "bin_w": bin_w, "starts": starts, "budget": share,
-              "key": key, "trace": trace} for share in shares]
+              "key": key, "trace": trace, "adaptive": adaptive} for share in shares]
     poller = MetricsPoller(settings, t0) if settings.get("_metrics") else None
     try:
         if workers == 1:
@@ -237,6 +272,8 @@ def _merge(results: list[dict]) -> dict:
     out["last_end"] = max(lasts) if lasts else None
     wss = [r["ws"] for r in results if r["ws"] is not None]
     out["ws"] = max(wss) if wss else None
+    wes = [r["we"] for r in results if r.get("we") is not None and math.isfinite(r["we"])]
+    out["we"] = min(wes) if wes else None  # the planned window's end, or where an adaptive one closed
     fulls = [r["full_end"] for r in results if r["full_end"] is not None]
     out["full_end"] = min(fulls) if fulls else None
     reasons = [r["stop_reason"] for r in results if r["stop_reason"] not in (None, "window", "requests")]
@@ -374,8 +411,9 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     except (OSError, RuntimeError, SettingsError) as exc:
         level["error"] = f"C={concurrency}: the client failed: {exc}"
         level.update(empty_level_fields())
-        return level
+        return level_at_node_speed(level, server)
     level.update(summarize(raws, settings, concurrency))
+    level["window"] = window_record(settings, level, *adaptive_plan(settings, raws[0]["workers"]))
     level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
     level.update(token_counts_of(raws, level, settings, engine, calibration))
     if spec and settings["flush_cache"] and engine.FLUSH_PATH:
@@ -399,8 +437,11 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
                 f"the prompts held {level['input_tokens_mean']:.1f} of the server's tokens on average, "
                 f"{100 * off:+.1f}% off input_len {settings['input_len']}: the calibration on "
                 f"{CALIBRATION_PROMPTS} prompts did not carry over (give prompts of your own with prompts_file)")
+    # A level the client or the engine could not serve at the node's speed is named, never used.
+    level["saturated"] = saturation(settings, server, level, http_call)
     level["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     level["duration_s"] = round(time.monotonic() - t_start, 3)
     if trace:
         level["_traces"] = [t for raw in raws for t in raw["traces"]]
-    return level
+    # On the emulator: every figure at the emulated node's speed, the measured ones as wall_clock_*.
+    return level_at_node_speed(level, server)

@@ -30,6 +30,9 @@ DEFAULTS = {
     "output_len": 256,
     "warmup_s": 30.0,
     "window_s": 60.0,
+    "target_rel_ci": 0.0,
+    "window_max_s": 0.0,
+    "window_min_requests": 5,
     "requests": 0,
     "repeats": 1,
     "batches": 10,
@@ -182,6 +185,19 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
                                 "the output length in tokens, e.g. 256 (0 would measure nothing)")
     out["warmup_s"] = _as_float(s["warmup_s"], label("warmup_s"), 0.0, False, "seconds, e.g. 30 (0: none)")
     out["window_s"] = _as_float(s["window_s"], label("window_s"), 0.0, True, "seconds, e.g. 60")
+    out["target_rel_ci"] = _as_float(s["target_rel_ci"], label("target_rel_ci"), 0.0, False,
+                                     "the 95 % interval's half-width to reach as a fraction of the figure, e.g. 0.03 "
+                                     "(0: a fixed window of window_s)")
+    if out["target_rel_ci"] >= 1:
+        raise SettingsError(f"{label('target_rel_ci')} is {s['target_rel_ci']!r}, a fraction of the figure: give e.g. "
+                            "0.03 for +-3 %, or 0 for a fixed window")
+    out["window_max_s"] = _as_float(s["window_max_s"], label("window_max_s"), 0.0, False,
+                                    "seconds an adaptive window may last at most, e.g. 180 (0: 4 x window_s)")
+    if out["target_rel_ci"] and out["window_max_s"] and out["window_max_s"] < out["window_s"]:
+        raise SettingsError(f"{label('window_max_s')} is {out['window_max_s']:g} s, shorter than "
+                            f"{label('window_s')} ({out['window_s']:g} s), the window planned: give at least that")
+    out["window_min_requests"] = _as_int(s["window_min_requests"], label("window_min_requests"), 1,
+                                         "request durations an adaptive window lasts at least, e.g. 5")
     out["requests"] = _as_int(s["requests"], label("requests"), 0,
                               "a number of requests per level, or 0 to measure for window_s")
     out["repeats"] = _as_int(s["repeats"], label("repeats"), 1, "how often to run each level, e.g. 1 or 3")
@@ -252,6 +268,9 @@ def public_settings(settings: dict) -> dict:
 def describe_plan(settings: dict) -> str:
     mode = (f"{settings['requests']} requests per level" if settings["requests"]
             else f"{settings['warmup_s']:g} s warmup + {settings['window_s']:g} s window per level")
+    if settings.get("target_rel_ci") and not settings["requests"]:
+        mode += (f" (adaptive: until +-{100 * settings['target_rel_ci']:g} % and {settings['window_min_requests']} "
+                 f"request durations, at most {settings['window_max_s'] or 4 * settings['window_s']:g} s)")
     target = settings["base_url"] or "the server the launch role starts"
     return (f"would sweep C={settings['concurrency']} against {target} ({settings['api']} API, "
             f"{settings['input_len']} in / {settings['output_len']} out tokens, {mode}, "

@@ -10,13 +10,26 @@ import math
 from array import array
 
 from .settings import parse_base_url
-from .stats import ess_mean_ci95, mean_ci95, summary
+from .stats import (
+    BATCH_TAUS,
+    MIN_CORRELATION_TIMES,
+    batch_length,
+    mean_ci95,
+    overlapping_batch_means_ci95,
+    summary,
+    t975,
+)
 
 FINE_BINS_PER_BATCH = 50
-# Bins of the effective-sample-size interval per window.
-ESS_BINS = 50
-# Batches tied to the request duration: at least this many per window (a shorter window is flagged).
+# Request durations a window should hold at least (a shorter window is flagged).
 MIN_EFFECTIVE_STRETCHES = 5
+# Request durations a window must hold for any interval: fewer, and its rate is one request's or two
+# per stream. Unless it saw at least MANY_REQUESTS requests (many streams): the requests' ratio
+# interval then holds, the pieces of requests cut by the window's edges only adding independent ones.
+MIN_REQUESTS_FOR_INTERVAL = 2
+MANY_REQUESTS = 10
+# The interval is computed over at most this many bins (the correlation time's estimate costs bins x lags).
+MAX_BINS = 250
 
 BOTTLENECK_FRACTION = 0.85  # a worker busier than this (of one core) may be the limit
 READ_LAG_LIMIT_S = 0.010  # reads this far behind the data's arrival, on average: the client lags
@@ -58,6 +71,10 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
             return None, [], 0.0
     else:
         usable = batches * FINE_BINS_PER_BATCH
+        we = raw.get("we")
+        if we is not None and math.isfinite(we) and we > ws:  # an adaptive window ends where it reached its target
+            usable = max(batches, int(round((we - ws) / bin_w)))
+            usable -= usable % batches
         if raw["stop_reason"] and raw["last_end"] is not None:
             usable = min(usable, max(0, int((raw["last_end"] - ws) / bin_w)))
             usable -= usable % batches
@@ -73,47 +90,90 @@ def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], 
     return sum(window_bins) / window, rates, window
 
 
-def single_window_ci(raws: list[dict], batch_rates: list[float], window: float) -> tuple[list[float] | None, str]:
-    """The 95 % interval of one window's rate, valid for autocorrelated samples, and its method.
+def request_ratio_ci(tokens: list, durations: list, mean: float) -> list[float] | None:
+    """The 95 % interval of a closed loop's rate from its requests: the rate is proportional to
+    sum(tokens) / sum(durations) over the requests sent in the window (a renewal process: those
+    requests are independent draws of a typical request), so its relative error is the ratio
+    estimator's, sd(tokens - R * durations) / (sqrt(n) * mean duration) with R the ratio
+    (the delta method), times t(n - 1). This is what holds with only a few requests per window,
+    where batches of the rate would be shorter than a request. None from fewer than two requests."""
+    n = len(durations)
+    if n < 2 or len(tokens) != n:
+        return None
+    mean_d = math.fsum(durations) / n
+    ratio = math.fsum(tokens) / math.fsum(durations)
+    resid = [k - ratio * d for k, d in zip(tokens, durations)]  # noqa: B905 - the node may run Python < 3.10
+    sd = math.sqrt(math.fsum(r * r for r in resid) / (n - 1))
+    rel = t975(n - 1) * sd / (math.sqrt(n) * mean_d * ratio) if ratio > 0 else math.inf
+    if rel >= 1:
+        return [mean / (1 + rel), math.inf]
+    return [mean / (1 + rel), mean / (1 - rel)]
 
-    The widest of (a) batch means over the window's batches, (b) batch means over batches at
-    least one mean request duration long (rates less than a request apart share most of their
-    requests; at least MIN_EFFECTIVE_STRETCHES batches, the window permitting) and (c) the fine
-    bins' mean with an effective-sample-size correction (n_eff = bins / tau, Geyer's initial
-    positive sequence) over ESS_BINS bins.
+
+def window_interval(fine: list, window: float, requests: tuple | None = None, step: float = 0.0) -> dict:
+    """The 95 % interval of one window's mean rate, valid for autocorrelated rates.
+
+    ``fine``: the window's rate in equal bins; ``requests``: (tokens, durations) of the requests
+    sent in the window; ``step``: the mean inter-token latency (s). The wider of two intervals:
+
+    * overlapping batch means (stats.overlapping_batch_means_ci95) over the bins, grouped into
+      bins of at least 4 inter-token latencies (a few decode steps: their bursts of tokens do not
+      pass for noise), with batches at least BATCH_TAUS integrated correlation times (Geyer) and
+      one request duration long (rates less than a request apart share most of their requests);
+      none when the window holds fewer than two such batches;
+    * the requests' ratio interval (request_ratio_ci), which holds with a few requests per window.
+
+    No interval when the window holds fewer than MIN_REQUESTS_FOR_INTERVAL request durations and
+    fewer than MANY_REQUESTS requests were sent in it.
+
+    Returns ``ci``, ``method``, ``tau_s`` (the rate's correlation time), ``correlation_times``
+    (window / tau_s) and ``batch_s``.
     """
+    out = {"ci": None, "method": None, "tau_s": None, "correlation_times": None, "batch_s": None}
+    if not fine or window <= 0:
+        return out
+    tokens, durations = requests or ([], [])
+    duration = math.fsum(durations) / len(durations) if durations else None
+    if duration and window < MIN_REQUESTS_FOR_INTERVAL * duration and len(durations) < MANY_REQUESTS:
+        return out  # a request or two per stream, and few streams: the window's rate is a request or two
+    mean = math.fsum(fine) / len(fine)
+    bin_s = window / len(fine)
+    group = max(1, int(math.ceil(4 * step / bin_s)) if step > 0 else 1, -(-len(fine) // MAX_BINS))
+    coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
+    named = []
+    if len(coarse) >= 4:
+        coarse_s = bin_s * group
+        floor = int(math.ceil(duration / coarse_s)) if duration else 1
+        batch, tau = batch_length(coarse, floor)
+        out.update(tau_s=round(tau * coarse_s, 4), correlation_times=round(len(coarse) / tau, 2),
+                   batch_s=round(batch * coarse_s, 4))
+        ci, df = overlapping_batch_means_ci95(coarse, batch)[1:]
+        if ci:
+            named.append((f"overlapping batch means over {len(coarse)} bins of {coarse_s:.3g} s: batches of "
+                          f"{batch * coarse_s:.3g} s (at least {BATCH_TAUS} correlation times of "
+                          f"{tau * coarse_s:.3g} s" + (f" and one request of {duration:.3g} s" if duration else "")
+                          + f"), {df:.1f} degrees of freedom", ci))
+    ci = request_ratio_ci(tokens, durations, mean)
+    if ci:
+        named.append((f"the ratio of tokens to durations over the window's {len(durations)} requests", ci))
+    if named:
+        which, ci = max(named, key=lambda nc: nc[1][1] - nc[1][0])
+        out["ci"] = ci
+        out["method"] = which + ("" if len(named) == 1 else " (the wider of that and "
+                                 + next(n for n, c in named if c is not ci).split(":")[0] + ")")
+    return out
+
+
+def single_window_ci(raws: list[dict], batch_rates: list[float], window: float) -> tuple[list[float] | None, str, dict]:
+    """The 95 % interval of one window's rate (window_interval), its method and its figures."""
+    del batch_rates
     fine = next((r.get("window_fine") for r in raws if r.get("window_fine")), None) or []
-    e2e = [v for r in raws for v in r["e2e"]]
-    duration = sum(e2e) / len(e2e) if e2e else None
-    stretches = window / duration if duration else None
-    batch_ci = mean_ci95(batch_rates)[1]
-    tied_ci, n_tied = None, 0
-    if fine and stretches is not None:
-        n_tied = max(MIN_EFFECTIVE_STRETCHES, min(len(batch_rates) or 10, int(stretches)))
-        per = len(fine) // n_tied
-        if per >= 1:
-            tied = [sum(fine[i * per:(i + 1) * per]) / per for i in range(n_tied)]
-            tied_ci = mean_ci95(tied)[1]
-    ess_ci, n_eff = None, 0.0
-    # The fine bins grouped into at most ESS_BINS bins of at least 4 inter-token latencies (a few
-    # decode steps): the steps' bursts of tokens do not pass for noise, the autocorrelation shows.
+    tokens = [v for r in raws for v in r["out_tokens"]]
+    durations = [v for r in raws for v in r["e2e"]]
     itl = [v for r in raws for v in r["itl"]]
     step = sum(itl) / len(itl) if itl else 0.0
-    group = max(1, len(fine) // ESS_BINS, int(math.ceil(4 * step * len(fine) / window)) if window > 0 else 1)
-    coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
-    if len(coarse) >= 4:
-        unused, ess_ci, n_eff = ess_mean_ci95(coarse)
-    named = [("batch means", batch_ci), ("request-length batches", tied_ci), ("effective sample size", ess_ci)]
-    named = [(n, c) for n, c in named if c]
-    if not named:
-        return None, None
-    which, ci = max(named, key=lambda nc: nc[1][1] - nc[1][0])
-    method = (f"{which}, the widest of: batch means over {len(batch_rates)} batches of "
-              f"{window / max(1, len(batch_rates)):.3g} s"
-              + (f"; {n_tied} batches of {window / n_tied:.3g} s, tied to the request duration "
-                 f"({duration:.3g} s)" if tied_ci else "")
-              + f"; an effective-sample-size t-interval over {len(coarse)} bins (n_eff {n_eff:.1f})")
-    return ci, method
+    found = window_interval(fine, window, (tokens, durations), step)
+    return found["ci"], found["method"], found
 
 
 def describe_failures(kinds: dict, examples: dict, settings: dict) -> str:
@@ -190,7 +250,8 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         mean, ci = mean_ci95(rates)
         method = f"t-interval over {len(rates)} repeats"
     elif rates:
-        mean, ci, method = rates[0], *single_window_ci(raws, batch_rates, windows[0])
+        mean, ci, method, found = rates[0], *single_window_ci(raws, batch_rates, windows[0])
+        level["window_correlation"] = {k: found[k] for k in ("tau_s", "correlation_times", "batch_s")}
     else:
         mean, ci, method = None, None, None
     level["output_tok_per_s"] = round(mean, 3) if mean is not None else None
@@ -287,6 +348,15 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         warnings.append(f"the window ({windows[0]:.3g} s) covers only {windows[0] / e2e_mean:.1f} request durations "
                         f"({e2e_mean:.3g} s each): its interval cannot see slower swings; lengthen the window or "
                         "measure across launches (compare_launches)")
+    held = (level.get("window_correlation") or {}).get("correlation_times")
+    if held is not None and held < MIN_CORRELATION_TIMES:
+        warnings.append(f"the window holds only {held:.1f} correlation times of its rate (each "
+                        f"{level['window_correlation']['tau_s']:.3g} s): slower swings than it can see may move the "
+                        f"figure beyond its interval; lengthen the window to at least {MIN_CORRELATION_TIMES} "
+                        "correlation times")
+    if len(windows) == 1 and rates and ci is None and ok:
+        warnings.append("the window is too short for an interval (it needs two batches of at least one request "
+                        "duration and a few correlation times each): lengthen the window")
     if level["requests_short"]:
         warnings.append(f"{level['requests_short']} requests returned a different number of tokens than they "
                         "asked for (does the server honour max_tokens and ignore_eos?)")

@@ -18,7 +18,8 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     """One progress line: concurrency, tok/s with its interval, TTFT p50, errors.
 
     With ``server`` (the results' server block) the line names the engine; on the emulator the
-    tok/s are the emulated node's (labels.node_speed), the wall-clock figure beside them."""
+    tok/s are the emulated node's (a level converted by labels.level_at_node_speed, or converted
+    here for one written before), the wall-clock figure beside them."""
     conc = level.get("concurrency")
     tok = level.get("output_tok_per_s")
     ci = level.get("output_tok_per_s_ci95")
@@ -32,6 +33,11 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     parts = [f"{prefix}{engine_label(server)} | C={conc:>4}" if server is not None else f"{prefix}C={conc:>4}"]
     if tok is None:
         parts.append("output      -  tok/s")
+    elif "wall_clock_output_tok_per_s" in level:  # converted where it was made (labels.level_at_node_speed)
+        interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
+        wall_tok = level["wall_clock_output_tok_per_s"]
+        parts.append(f"output {tok:9.1f} tok/s at node speed{interval} "
+                     + (f"({wall_tok:.1f} wall-clock)" if wall_tok is not None else "(wall-clock -)"))
     elif emu is not None:
         scale = emu["time_scale"]
         interval = f" [{node_speed(ci[0], scale):.1f}, {node_speed(ci[1], scale):.1f}]" if ci else ""
@@ -40,16 +46,25 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     else:
         interval = f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else ""
         parts.append(f"output {tok:9.1f} tok/s{wall}{interval}")
-    if emu is not None and ttft is not None:
+    if emu is not None and ttft is not None and "wall_clock_ttft_ms" not in level:
         ttft = node_latency(ttft, emu["time_scale"])
     parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
     accept = level.get("accept_length")
     if accept:
         parts.append(f"accept {accept:.2f}")
     parts.append(f"ok {level.get('requests_ok', 0)} failed {level.get('requests_failed', 0)}")
+    window = level.get("window") or {}
+    if window.get("adaptive"):
+        parts.append(f"window {window.get('planned_s') or 0:g} s planned, {window.get('used_s') or 0:g} s used, "
+                     + (f"+-{100 * window['target_rel_ci']:g}% reached" if window.get("target_reached")
+                        else f"+-{100 * window['target_rel_ci']:g}% NOT reached (maximum {window.get('max_s') or 0:g} s)"))
+    elif window.get("planned_s") is not None:
+        parts.append(f"window {window.get('used_s') or 0:g} s")
     client = level.get("client") or {}
     if client.get("bottleneck"):
         parts.append("CLIENT-BOUND")
+    if level.get("saturated"):
+        parts.append("SATURATED, not evidence about the node: " + "; ".join(level["saturated"]))
     if level.get("error"):
         parts.append(f"ERROR: {level['error']}")
     return " | ".join(parts)
@@ -129,5 +144,5 @@ def unmeasured_level(concurrency: int, error: str) -> dict:
     level.update(empty_level_fields())
     level.update({"output_tok_per_s_whole_run": None, "request_per_s": None, "failures_by_kind": {},
                   "decode_tok_per_s_per_stream": None, "server_running": None, "server_queued": None,
-                  "client": None})
+                  "client": None, "saturated": []})
     return level

@@ -26,10 +26,12 @@ from .apis import ADAPTERS
 from .http1 import BODY, CONNECTING, HEAD, IDLE, SENDING, ResponseReader, Stream
 from .request import Req, RequestFactory
 from .settings import parse_base_url
+from .summary import window_interval
 
 __all__ = ["BODY", "CONNECTING", "HEAD", "IDLE", "SENDING", "Req", "Stream", "Worker", "snap"]
 
 READ_SIZE = 256 * 1024
+ADAPT_BINS = 250  # an adaptive window judges its interval on at most this many bins (a few ms a check)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
 
@@ -60,6 +62,9 @@ class Worker(ResponseReader):
         self.t0 = plan["t0"]
         self.min_ws = plan["t0"] + settings["warmup_s"]
         self.window_s = settings["window_s"]
+        # Adaptive window (level.adaptive_plan): stop once the interval is narrow enough, or at its maximum.
+        self.adaptive = plan.get("adaptive")
+        self.next_adapt = 0.0
         self.ws = None  # the window opens when every stream has finished a request, after the warmup
         self.we = math.inf
         self.reported = False
@@ -223,7 +228,7 @@ class Worker(ResponseReader):
             return
         self.ws = ws
         if not self.count_mode:
-            self.we = ws + self.window_s
+            self.we = ws + (self.adaptive["max_s"] if self.adaptive else self.window_s)
         self.cpu0 = _cpu_seconds()
         self.busy_from = time.monotonic()
 
@@ -238,6 +243,8 @@ class Worker(ResponseReader):
     def _housekeeping(self, now: float, final: bool = False) -> None:
         if not self.reported and (final or (self.turned >= len(self.streams) and now >= self.min_ws)):
             self._report_ready(now)
+        if self.adaptive and self.ws is not None and not self.stopping and now >= self.next_adapt:
+            self._adapt(now)
         if self.ws is None:
             window_over = False
         elif self.count_mode:
@@ -265,6 +272,30 @@ class Worker(ResponseReader):
                 got = sum(req.ks)
                 self._fail(st, "timeout", f"no complete response after {self.timeout:g} s ({got} of "
                                           f"{req.expect} tokens arrived)")
+
+    def _adapt(self, now: float) -> None:
+        """An adaptive window closes once it has lasted ``min_durations`` mean request durations and
+        its rate's interval (summary.window_interval) is within ``target`` of its figure, judged on
+        the bins before the oldest request still in flight was sent (those bins are final)."""
+        plan = self.adaptive
+        self.next_adapt = now + plan["check_s"]
+        durations, tokens = self.e2e, self.out_tokens
+        if not durations or now - self.ws < plan["min_durations"] * (sum(durations) / len(durations)):
+            return
+        sends = [st.req.t_send for st in self.streams.values() if st.req is not None]
+        end = min(sends + [now])
+        first, last = int(round((self.ws - self.t0) * self.inv_bw)), int((end - self.t0) * self.inv_bw)
+        if last - first < 8:
+            return
+        fine = self.bins[first:last] + [0.0] * max(0, last - len(self.bins))
+        group = max(1, len(fine) // ADAPT_BINS)
+        rates = [sum(fine[i:i + group]) * self.inv_bw / group for i in range(0, len(fine) - group + 1, group)]
+        span = len(rates) * group * self.bin_w
+        step = sum(self.tpot) / len(self.tpot) if self.tpot else 0.0
+        mean = sum(rates) / len(rates)
+        ci = window_interval(rates, span, (tokens, durations), step)["ci"]
+        if ci and mean > 0 and (ci[1] - ci[0]) / 2 <= plan["target"] * mean:
+            self.we = min(self.we, snap(now, self.t0, self.bin_w) + self.bin_w)
 
     def _stop_early(self, reason: str) -> None:
         if self.stopping:

@@ -1,0 +1,82 @@
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Did the machine keep up? A level measured while the client or the engine was saturated is
+evidence about the machine, not about the node: ``saturation`` names why, one string each
+(``level["saturated"]``; an empty list is a level that kept up), and the comparison leaves
+such levels out of its verdicts.
+
+* The client: a worker busier than BOTTLENECK_FRACTION of a core, or reading data late
+  (``level["client"]["bottleneck"]``, from summary.py).
+* The engine, on the emulator only: its delivered rate against its own analytic model at
+  this level, read from ``GET /emulator/analytic`` (files/sglang_emulator/api.py). That
+  endpoint is the emulator's own (real SGLang has none, so it is never asked on a real
+  engine); the figure is recorded as ``emulator_model``, labelled emulator-only. A real
+  engine on a slow machine is simply slow: the node is what is measured there.
+"""
+from __future__ import annotations
+
+import json
+import urllib.parse
+
+from .labels import emulation
+from .settings import ServerError
+
+# The emulator's model agrees with its own delivered rate within 3% on an idle machine
+# (tests/emulator/test_performance.py); 5% leaves room for that and for the closed loop's
+# prefill staggering. A level whose whole interval lies further below the model than this
+# was not served at the model's speed: the machine, not the node, set it.
+MODEL_TOLERANCE = 0.05
+ANALYTIC_PATH = "/emulator/analytic"
+ANALYTIC_SOURCE = ("GET /emulator/analytic: the emulator's own analytic model (emulator-only, absent on real "
+                   "engines), wall-clock tok/s at its time scale")
+
+
+def client_reasons(level: dict) -> list[str]:
+    client = level.get("client") or {}
+    if not client.get("bottleneck"):
+        return []
+    return [f"client: a worker used {client.get('cpu_percent_max_worker') or 0:.0f}% of a core and read data "
+            f"{client.get('read_lag_ms_mean') or 0:.1f} ms after it arrived: the client machine set this figure"]
+
+
+def emulator_model(settings: dict, server: dict, level: dict, call) -> dict | None:
+    """The emulator's analytic rate at this level (``call(settings, method, path)`` -> (status,
+    body), server.http_call), or None on a real engine or when the emulator does not answer."""
+    if emulation(server) is None:
+        return None
+    inputs = level.get("input_tokens_mean") or settings["input_len"]
+    query = urllib.parse.urlencode({"concurrency": level["concurrency"], "input_len": int(round(inputs)),
+                                    "output_len": settings["output_len"]})
+    try:
+        status, body = call(settings, "GET", f"{ANALYTIC_PATH}?{query}")
+        truth = json.loads(body) if status == 200 else None
+    except (ServerError, ValueError):
+        truth = None
+    if not isinstance(truth, dict) or not isinstance(truth.get("output_tok_per_s"), (int, float)):
+        return None
+    return {"output_tok_per_s": round(float(truth["output_tok_per_s"]), 3),
+            "input_len": int(round(inputs)), "output_len": settings["output_len"], "source": ANALYTIC_SOURCE}
+
+
+def engine_reasons(level: dict, model: dict | None) -> list[str]:
+    """The engine fell behind its own model: the level's interval (or its figure, without
+    one) lies entirely below the model's rate less MODEL_TOLERANCE."""
+    rate = level.get("output_tok_per_s")
+    if not model or not rate or not model.get("output_tok_per_s"):
+        return []
+    expected = model["output_tok_per_s"]
+    ci = level.get("output_tok_per_s_ci95")
+    top = ci[1] if ci else rate
+    if top >= expected * (1 - MODEL_TOLERANCE):
+        return []
+    return [f"engine: delivered {100 * rate / expected:.0f}% of its own model's rate ({rate:.1f} of "
+            f"{expected:.1f} tok/s wall-clock; interval up to {top:.1f}): the emulator could not keep its "
+            "schedule on this machine (slow its time scale down or measure fewer streams at once)"]
+
+
+def saturation(settings: dict, server: dict, level: dict, call) -> list[str]:
+    """Every reason the level does not describe the node; sets ``level["emulator_model"]``."""
+    model = emulator_model(settings, server, level, call) if level.get("output_tok_per_s") else None
+    if model is not None:
+        level["emulator_model"] = model
+    return client_reasons(level) + engine_reasons(level, model)
