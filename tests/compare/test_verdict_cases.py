@@ -18,11 +18,11 @@ from ansible_collections.specbench.core.plugins.module_utils import specbench_re
 LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 
 
-def rows(speedups, concs=LEVELS, rel=0.02):
+def rows(speedups, concs=None, rel=0.02):
     """Speedup rows with each mode's throughput +-``rel`` (the speedup's interval by ratio_ci), or a
     (speedup, interval) pair."""
     out = []
-    for c, given in zip(concs, speedups, strict=True):
+    for c, given in zip(concs or LEVELS, speedups, strict=True):
         if isinstance(given, tuple):
             s, ci = given
         else:
