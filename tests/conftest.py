@@ -23,21 +23,31 @@ def emulator(tmp_path):
         emu.stop()
 
 
-# Scheduling under ``pytest -n 2 --dist loadgroup`` (tests/run): each file is one group, as with
-# --dist loadfile (a module's fixtures start once), except that every file of tests/vllm shares
-# the group "vllm", so the session-scoped pool of vLLM servers (tests/vllm/conftest.py) starts
-# each server once for all of them. That group is the longest (real servers starting on a busy
-# CPU), so it is queued first (tests/run passes --no-loadscope-reorder: groups go out in this
-# order) and the other worker takes the rest meanwhile. The hook runs first, before xdist's own
-# one reads the marks.
+# Scheduling under ``pytest -n 2 --dist loadfile`` (tests/run): each file goes whole to one
+# worker (a module's fixtures start once), except that all of tests/vllm is one unit, so the
+# session-scoped pool of vLLM runs (tests/vllm/conftest.py) starts each server once for every
+# file there. That unit is the longest (real servers starting on a busy CPU), so it is queued
+# first (tests/run passes --no-loadscope-reorder: units go out in collection order) and the other
+# worker takes the rest meanwhile. (xdist's own --dist loadgroup cannot do this under pytest 9:
+# it renames items through an attribute pytest no longer reads.)
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FilesWithVllmAsOne(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/vllm/" if path.startswith("tests/vllm/") else path
+
+    return FilesWithVllmAsOne(config, log)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     del config
     items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))  # stable: files keep their order
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group("vllm" if path.startswith("tests/vllm/") else path))
 
 
 # In CI (CI=true, as .ci/run runs there) a test may skip only for what no machine of this
