@@ -1,8 +1,11 @@
-"""Time to an answer with fixed vs adaptive windows, on the seeds' levels (EMULATOR figures).
+"""Time to an answer with fixed vs adaptive windows, on the seeds' levels (EMULATOR figures, or
+REAL ENGINE ON CPU with --engine vllm).
 
 Runs the emulator (files/sglang_emulator, its default profile: the seeds' Kimi-K2.5 node, tp 8)
 and the benchmark client (plugins/module_utils/specbench_client) directly, one fresh server per
-mode and strategy, over the seeds' levels 1, 2, 5, 10, 30, 70, 100, 250, baseline and EAGLE-3:
+mode and strategy, over the seeds' levels 1, 2, 5, 10, 30, 70, 100, 250, baseline and EAGLE-3.
+With --engine vllm the server is vLLM's CPU build (.venv-vllm, tests/vllm/make_venv.sh) with the
+tiny local model of tests/vllm/make_models.py, baseline and n-gram (k = 4), on loopback:
 
 * fixed: every level measures --window-s after its warmup;
 * adaptive: every level measures until its interval's half-width is within --target of its
@@ -17,8 +20,9 @@ node's speed (the client converts them; wall-clock ones in ``wall_clock_*``).
 
 Run: .venv/bin/python benchmarks/adaptive_windows.py [--levels 1,2,5,10,30,70,100,250]
      [--time-scale 0.1] [--warmup-s 3] [--window-s 6] [--target 0.03] [--max-s 24]
+     [--engine emulator|vllm]
 Only processes this script started are signalled (the emulator's own process group and the
-holders of its scratch device folder).
+holders of its scratch device folder; vLLM's own session).
 """
 
 from __future__ import annotations
@@ -42,17 +46,68 @@ from specbench_testkit import Emulator  # noqa: E402
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import ratio_ci  # noqa: E402
 
 MODES = {"baseline": [], "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]}
+VLLM_MODES = {"baseline": [], "eagle3": ["--speculative-config",  # n-gram stands in for the speculative mode
+                                         '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}']}
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+VLLM_MODEL = ROOT / "tests" / ".tmp" / "vllm-models" / "tiny"
+
+
+class VllmServer:
+    """vLLM's CPU build with the tiny local model in its own session on a free loopback port
+    (settings of tests/vllm/cpu.yml); stop() kills that session and nothing else."""
+
+    def __init__(self, tmp: Path, flags: list[str]):
+        from specbench_testkit import free_port
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = open(tmp / f"vllm-{self.port}.log", "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                   VLLM_NO_USAGE_STATS="1")
+        self.proc = subprocess.Popen(
+            [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(VLLM_MODEL),
+             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(self.port), "--max-model-len", "1024",
+             "--max-num-seqs", "32", "--max-num-batched-tokens", "2048", "--enforce-eager",
+             "--distributed-executor-backend", "uni", *flags],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def wait_ready(self, timeout: float = 600.0) -> None:
+        import urllib.request
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode}; its log: {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"vLLM not ready after {timeout:.0f} s; its log: {self.log.name}")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: the API server, EngineCore, Worker
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.log.close()
 
 
 def measure(tmp: Path, mode: str, args, adaptive: bool) -> tuple[dict, float]:
     """One fresh server in ``mode``, the client over the levels; (results, wall seconds of the sweep)."""
-    emu = Emulator(tmp, ["--tp-size", "8", "--enable-metrics", *MODES[mode]], args.time_scale, False)
+    if args.engine == "vllm":
+        server = VllmServer(tmp, VLLM_MODES[mode])
+        lengths = ["--input-len", "128", "--output-len", "64", "--api", "completions"]
+    else:
+        server = Emulator(tmp, ["--tp-size", "8", "--enable-metrics", *MODES[mode]], args.time_scale, False)
+        lengths = ["--input-len", "256", "--output-len", "256"]
     out = tmp / f"{mode}-{time.monotonic_ns()}.json"
     try:  # started without waiting, so that an interrupt while it starts still stops it
-        emu.wait_ready()
+        server.wait_ready()
         env = dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils"))
-        cmd = [sys.executable, "-m", "specbench_client", "--base-url", emu.base_url,
-               "--concurrency", ",".join(map(str, args.levels)), "--input-len", "256", "--output-len", "256",
+        cmd = [sys.executable, "-m", "specbench_client", "--base-url", server.base_url,
+               "--concurrency", ",".join(map(str, args.levels)), *lengths,
                "--warmup-s", str(args.warmup_s), "--window-s", str(args.window_s), "--output", str(out)]
         if adaptive:
             cmd += ["--target-rel-ci", str(args.target), "--window-max-s", str(args.max_s),
@@ -61,7 +116,7 @@ def measure(tmp: Path, mode: str, args, adaptive: bool) -> tuple[dict, float]:
         subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=3600)
         seconds = time.monotonic() - t0
     finally:
-        emu.stop()
+        server.stop()
     return json.loads(out.read_text()), seconds
 
 
@@ -110,11 +165,23 @@ def main() -> int:
     p.add_argument("--target", type=float, default=0.03, help="adaptive: the interval's half-width to reach")
     p.add_argument("--max-s", type=float, default=24.0, help="adaptive: the longest window")
     p.add_argument("--min-requests", type=int, default=5, help="adaptive: request durations at least")
+    p.add_argument("--engine", choices=("emulator", "vllm"), default="emulator",
+                   help="vllm: vLLM's CPU build with the tiny local model, baseline against n-gram")
     args = p.parse_args()
     args.levels = [int(x) for x in args.levels.split(",")]
-    print(f"EMULATOR figures (default profile, time scale {args.time_scale}, 256/256 tokens, levels {args.levels}, "
+    if args.engine == "vllm":
+        print(f"REAL ENGINE ON CPU figures (vLLM CPU build, tiny random model, baseline vs n-gram k=4 in the "
+              f"'eagle3' column, 128/64 tokens, completions API, levels {args.levels}, warmup {args.warmup_s} s; "
+              f"fixed window {args.window_s} s; adaptive +-{100 * args.target:g}% after {args.min_requests} request "
+              f"durations, at most {args.max_s} s), {os.cpu_count()} CPUs")
+    else:
+        print(f"EMULATOR figures (default profile, time scale {args.time_scale}, 256/256 tokens, levels {args.levels}, "
           f"warmup {args.warmup_s} s; fixed window {args.window_s} s; adaptive +-{100 * args.target:g}% after "
           f"{args.min_requests} request durations, at most {args.max_s} s), {os.cpu_count()} CPUs")
+    if args.engine == "vllm" and not (VLLM_PYTHON.exists() and VLLM_MODEL.is_dir()):
+        print("needs .venv-vllm (tests/vllm/make_venv.sh) and the tiny model (.venv-vllm/bin/python "
+              "tests/vllm/make_models.py tests/.tmp/vllm-models)")
+        return 2
     with tempfile.TemporaryDirectory(prefix="specbench-windows-") as scratch:
         tmp = Path(scratch)
         for name, adaptive in (("fixed windows", False), ("adaptive windows", True)):
