@@ -124,8 +124,8 @@ class ResultWords:
         """The failure text; each fact in it is also in self.problems, one structured entry each."""
         self.problems = []
         if self.gave_up_at is not None:
-            when = (f"gave up after {self.gave_up_at - self.kills_done:.1f}s of the {self.clean_timeout:g}s allowed: "
-                    "only processes no signal from here removes hold their memory")
+            when = (f"not clean: gave up after {self.gave_up_at - self.kills_done:.1f}s of the {self.clean_timeout:g}s "
+                    "allowed, since only processes no signal from here removes hold their memory")
         else:
             when = f"not clean after {self.clean_timeout:g}s"
         lines = [

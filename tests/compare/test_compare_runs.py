@@ -121,7 +121,10 @@ def test_crossover_matches_the_emulators_analytic_model_within_one_level(accurac
         assert truth <= first_loss, (truth, found["levels"])
         assert all(v == "loses" for v in verdicts[verdicts.index("loses"):]), found["levels"]
         unclear = [lv["concurrency"] for lv in found["levels"] if lv["verdict"] == "unclear"]
-        assert all(f"C={c:g}" in found["crossover_text"] for c in unclear), found["crossover_text"]
+        # Each unclear level is named: alone ("C=2") or in its stretch ("C=1 to 2").
+        named = [(r["from_concurrency"], r["to_concurrency"]) for r in found["regions"] if r["verdict"] == "unclear"]
+        assert all(any(a <= c <= b for a, b in named) for c in unclear), found["regions"]
+        assert all(f"C={a:g}" in found["crossover_text"] for a, unused in named), found["crossover_text"]
     assert within_one_level(found, truth, levels), (truth, found["crossover_concurrency"], found["crossover_ci95"])
     if found["crossover_status"] == "crosses":
         assert found["speculate_below"] == math.ceil(found["crossover_concurrency"])

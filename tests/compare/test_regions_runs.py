@@ -2,7 +2,7 @@
 emulated nodes (real processes, localhost only). Three shared runs:
 
 * ``moe_run``: compare.yml on the kimi-k2.5-moe profile (speculation loses at small batches, pays at
-  moderate ones, loses again) with ``compare_launches: 2``: each mode launched twice, interleaved
+  moderate ones, loses again) with ``compare_launches: 3``: each mode launched three times, interleaved
   (A B A B, a fresh server each time, ``<mode>@launchN.json``), the levels pooled; the report says
   ``multiple`` with the regions where the emulator's analytic model puts them.
 * ``adaptive_run`` (after moe_run): bench.yml runs eagle3-adaptive on two hosts at once, one launched
@@ -34,7 +34,10 @@ MOE = "kimi-k2.5-moe"
 LLAMA = "llama-3.1-8b-1x-h100"
 MOE_LEVELS = [4, 32, 128]
 MOE_LEN = 32
-MOE_LAUNCHES = 2
+# Three launches: the pooled interval's t has k - 1 degrees of freedom, and with two (t(1) = 12.7)
+# two launches that disagree a little on a busy machine leave C=32's clear 1.2x unclear (seen in a
+# full run); t(2) = 4.3.
+MOE_LAUNCHES = 3
 LLAMA_LEVELS = [20, 80]
 LLAMA_LEN = 32
 
@@ -73,8 +76,8 @@ def results_of(run_dir: Path, host: str) -> dict:
 def moe_run(tmp_path_factory):
     def build(tmp: Path):
         node = tmp / "node-moe"
-        # Two launches of each mode, interleaved (compare_launches: 2), pooled per level: the
-        # regions below come from the pooled levels. Half the window per launch.
+        # MOE_LAUNCHES launches of each mode, interleaved (compare_launches), pooled per level: the
+        # regions below come from the pooled levels. Short windows per launch.
         hosts = {"moe": node_vars(node, free_port(), MOE, 0.5, bench_concurrency=MOE_LEVELS,
                                   bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
                                   bench_warmup_s=1, bench_window_s=2)}

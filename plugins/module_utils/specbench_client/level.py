@@ -422,6 +422,20 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         level["warnings"].append("speculative server, but no accept length: no spec_verify_ct in /generate, no "
                                  "spec-decode counters in /metrics over the window, no avg_spec_accept_length in "
                                  f"{server.get('info_path') or engine.INFO_PATH}")
+    # A step verifies at most speculative_num_draft_tokens tokens (the server args in SGLang's /server_info,
+    # build_server_info in sglang/srt/entrypoints/http_server.py; the draft
+    # tokens plus the bonus one). More per verify call means the window mixed speculative steps
+    # with plain ones, which add tokens and no verify call: --speculative-adaptive switching
+    # speculation off at this batch size. The counters then cannot give the accept length.
+    ceiling = (server.get("server_info") or {}).get("speculative_num_draft_tokens")
+    if (isinstance(ceiling, (int, float)) and not isinstance(ceiling, bool) and ceiling > 0
+            and (level.get("accept_length") or 0) > ceiling):
+        level["warnings"].append(
+            f"accept length {level['accept_length']:g} from {level['accept_length_source']} is more than the "
+            f"{ceiling:g} tokens a verify step can take: plain decode steps (adaptive speculation off at this "
+            "batch size) were counted with the speculative ones, so no accept length is given")
+        level.update(accept_length=None, accept_length_source=None)
+        level.pop("accept_length_bounds", None)
     if server.get("metrics_available") is False:
         level["server_note"] = "no /metrics (start SGLang with --enable-metrics for running/queued counts)"
     timed = [r for r in raws if r.get("ws") is not None and r.get("window_end") is not None]

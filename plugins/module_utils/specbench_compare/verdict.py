@@ -24,13 +24,14 @@ Z975 = 1.959964
 def level_verdict(speedup, ci) -> str | None:
     """pays (the 95% interval above 1), loses (below 1), unclear (it straddles 1); None without a speedup.
 
-    A level without an interval is taken at its word (>= 1 pays), as an exact figure.
+    A level without an interval is unclear: the client claims none where the window held too few
+    requests for one (a request or two), so the point figure alone is no evidence either way.
     """
     speedup, ci = _num(speedup), _interval(ci)
     if speedup is None:
         return None
     if ci is None:
-        return PAYS if speedup >= 1.0 else LOSES
+        return UNCLEAR
     if ci[0] > 1.0:
         return PAYS
     if ci[1] < 1.0:
