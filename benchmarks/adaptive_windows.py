@@ -176,8 +176,8 @@ def main() -> int:
               f"durations, at most {args.max_s} s), {os.cpu_count()} CPUs")
     else:
         print(f"EMULATOR figures (default profile, time scale {args.time_scale}, 256/256 tokens, levels {args.levels}, "
-          f"warmup {args.warmup_s} s; fixed window {args.window_s} s; adaptive +-{100 * args.target:g}% after "
-          f"{args.min_requests} request durations, at most {args.max_s} s), {os.cpu_count()} CPUs")
+              f"warmup {args.warmup_s} s; fixed window {args.window_s} s; adaptive +-{100 * args.target:g}% after "
+              f"{args.min_requests} request durations, at most {args.max_s} s), {os.cpu_count()} CPUs")
     if args.engine == "vllm" and not (VLLM_PYTHON.exists() and VLLM_MODEL.is_dir()):
         print("needs .venv-vllm (tests/vllm/make_venv.sh) and the tiny model (.venv-vllm/bin/python "
               "tests/vllm/make_models.py tests/.tmp/vllm-models)")

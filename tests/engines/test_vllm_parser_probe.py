@@ -52,8 +52,8 @@ def test_new_layout_parser_and_entry_in_launchers(tmp_path, monkeypatch):
     assert info["parser_module"] == "vllm.entrypoints.launchers.cli_args"
     assert info["entry_module"] == "vllm.entrypoints.launchers.api_server"
     out = {"argv": ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]}
-    assert vllm_flags.use_entry(out, info)["argv"] == ["py", "-m", "vllm.entrypoints.launchers.api_server",
-                                                         "--model", "m"]
+    argv = ["py", "-m", "vllm.entrypoints.launchers.api_server", "--model", "m"]
+    assert vllm_flags.use_entry(out, info)["argv"] == argv
 
 
 def test_no_parser_anywhere_names_the_cause(tmp_path, monkeypatch):

@@ -36,7 +36,6 @@ NOISY_HALF_WIDTH = 0.10
 BENCH_KEYS = ("api", "input_len", "output_len", "warmup_s", "window_s", "requests", "repeats", "batches", "seed", "prompts")
 
 
-
 def _server(result: dict) -> dict:
     server = result.get("server")
     return server if isinstance(server, dict) else {}

@@ -15,7 +15,6 @@ from .verdict import FAILED, LOSES, PAYS, STARTS, STOPS, UNCLEAR
 SGLANG_DEFAULT_ADAPTIVE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
 
 
-
 def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
     """Concurrency ranges to speculate in, [from, below) with below None for open: from clear verdicts only.
 

@@ -207,8 +207,8 @@ def render(params: dict) -> dict:
         shared = check_number(setting, setting.get("value"))
         value = shared
         if setting["name"] in overrides:
-            value = check_number({**setting, "variable": f"sglang_server_mode_overrides['{mode}']['{setting['name']}']"},
-                            overrides[setting["name"]])
+            variable = f"sglang_server_mode_overrides['{mode}']['{setting['name']}']"
+            value = check_number({**setting, "variable": variable}, overrides[setting["name"]])
             if value != shared:
                 confounders.append(
                     f"mode {mode} overrides {setting['name']} ({setting['flag']}): {value} instead of the {shared} "
