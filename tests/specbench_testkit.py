@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -417,3 +419,15 @@ def shared_run(tmp_path_factory, name: str, build) -> tuple[PlaybookRun, Path]:
         run = build(folder)
         run.save(record)
         return run, folder
+
+
+# The interval simulations' noise (tests/compare/test_intervals.py, tests/bench/test_level_intervals.py)
+def ar1(rng: random.Random, n: int, rho: float, sd: float) -> list[float]:
+    """Stationary AR(1) noise with marginal standard deviation ``sd``."""
+    innov = sd * math.sqrt(1 - rho * rho)
+    e = rng.gauss(0.0, sd)
+    out = []
+    for _dummy in range(n):
+        out.append(e)
+        e = rho * e + rng.gauss(0.0, innov)
+    return out

@@ -22,23 +22,13 @@ import random
 import zlib
 
 import pytest
+from specbench_testkit import ar1
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import stats
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.summary import window_interval
 
 DRAWS = 300
 BINS = 500  # the client's fine bins per window: batches x FINE_BINS_PER_BATCH
-
-
-def ar1(rng: random.Random, n: int, rho: float, sd: float) -> list[float]:
-    """Stationary AR(1) noise with marginal standard deviation ``sd``."""
-    innov = sd * math.sqrt(1 - rho * rho)
-    e = rng.gauss(0.0, sd)
-    out = []
-    for _dummy in range(n):
-        out.append(e)
-        e = rho * e + rng.gauss(0.0, innov)
-    return out
 
 
 def closed_loop_window(rng: random.Random, streams: int, tokens: int, speed: float, spread: float, ttft: float,

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import random
 
+import specbench_testkit as kit
+
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import stats
 
@@ -31,14 +33,7 @@ TRUE_CROSSOVER = 1.6 ** 5
 
 
 def ar1(rng: random.Random, n: int, rho: float = RHO, sd: float = REL_SD) -> list[float]:
-    """Stationary AR(1) noise with marginal standard deviation ``sd``."""
-    innov = sd * math.sqrt(1 - rho * rho)
-    e = rng.gauss(0.0, sd)
-    out = []
-    for _dummy in range(n):
-        out.append(e)
-        e = rho * e + rng.gauss(0.0, innov)
-    return out
+    return kit.ar1(rng, n, rho, sd)
 
 
 def measure(rng: random.Random, truth: float) -> tuple[float, list[float]]:
