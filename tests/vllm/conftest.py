@@ -1,17 +1,14 @@
 """Fixtures of the vLLM tests: skip without the vLLM venv (CI builds it with make_venv.sh), the
 tiny models once per session, and the pool of playbook runs the measuring tests share
 (``vllm_pool``: session-scoped, so each run, and each server it launches, starts once for every
-file here; tests/conftest.py keeps all of tests/vllm on one pytest worker). Ad hoc runs (bad
-inputs) go through ``vllm_run``. Any launched tree a run left is killed at the end."""
+file here; tests/conftest.py keeps all of tests/vllm on one pytest worker). The bad inputs share
+one multi-host run of their own. Any launched tree a run left is killed at the end."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 from pathlib import Path
 
 import pytest
-import specbench_testkit as kit
 import vllmkit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -29,22 +26,6 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def models():
     return vllmkit.make_models()
-
-
-def kill_recorded(node_dir: Path) -> None:
-    """SIGKILL the session a run's node folder recorded, only while its leader is the recorded one."""
-    path = Path(node_dir) / "state" / "server.json"
-    try:
-        record = json.loads(path.read_text())
-        pid, sid = int(record.get("pid") or 0), int(record.get("sid") or record.get("pgid") or 0)
-    except (OSError, ValueError, TypeError):
-        return
-    if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
-        for member, _unused in vllmkit.session_processes(sid):
-            try:
-                os.kill(member, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 class VllmRun:
@@ -70,17 +51,6 @@ def _runner(tmp_path_factory):
         return VllmRun(result, scraper, folder, port)
 
     return run, folders
-
-
-@pytest.fixture(scope="module")
-def vllm_run(tmp_path_factory, models):
-    """Factory: ``vllm_run(name, playbook, extravars, **hostvars)`` runs it once (a real server
-    launched by the playbook on a free port), scraping /metrics the whole time."""
-    del models
-    run, folders = _runner(tmp_path_factory)
-    yield run
-    for folder in folders:
-        kill_recorded(folder / "node")
 
 
 # The measuring runs, each started once per session and read by every test that needs it:
@@ -109,4 +79,4 @@ def vllm_pool(tmp_path_factory, models):
 
     yield get
     for folder in folders:
-        kill_recorded(folder / "node")
+        vllmkit.kill_recorded(folder / "node")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import fcntl
+import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -29,7 +31,24 @@ COUNTERS = {
 }
 
 __all__ = ["MODELS", "VENV_PYTHON", "Scraper", "assert_client_count_within_server_bounds", "assert_overlap",
-           "free_port", "in_flight_tokens", "make_models", "node_vars", "run_playbook", "session_processes", "utc"]
+           "free_port", "in_flight_tokens", "kill_recorded", "make_models", "node_vars", "run_playbook",
+           "session_processes", "utc"]
+
+
+def kill_recorded(node_dir: Path) -> None:
+    """SIGKILL the session a run's node folder recorded, only while its leader is the recorded one."""
+    path = Path(node_dir) / "state" / "server.json"
+    try:
+        record = json.loads(path.read_text())
+        pid, sid = int(record.get("pid") or 0), int(record.get("sid") or record.get("pgid") or 0)
+    except (OSError, ValueError, TypeError):
+        return
+    if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
+        for member, _unused in session_processes(sid):
+            try:
+                os.kill(member, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def venv_missing() -> str | None:
