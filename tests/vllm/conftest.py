@@ -38,6 +38,12 @@ class VllmRun:
             if (self.node / "state" / "server.json").is_file() else {}
 
 
+# A pool run's limit, against a hang only: the compare run (three vLLM launches) takes ~400 s on a
+# quiet 2-core machine, and ran past 880 s beside other work (load average 14: each launch ~200 s);
+# kept under the test modules' 1800 s pytest timeout, which counts the first test's fixture setup.
+RUN_TIMEOUT_S = 1700
+
+
 def _runner(tmp_path_factory):
     folders: list[Path] = []
 
@@ -47,7 +53,7 @@ def _runner(tmp_path_factory):
         port = hostvars.pop("port", None) or vllmkit.free_port()
         with vllmkit.Scraper(port) as scraper:
             result = vllmkit.run_playbook(folder, playbook, vllmkit.node_vars(folder, port, **hostvars),
-                                          vllmkit.bench_vars(folder, **extravars), timeout=900)
+                                          vllmkit.bench_vars(folder, **extravars), timeout=RUN_TIMEOUT_S)
         return VllmRun(result, scraper, folder, port)
 
     return run, folders

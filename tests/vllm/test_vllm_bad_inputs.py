@@ -58,7 +58,7 @@ def refusals(tmp_path_factory, models):
             hostvars = vllmkit.node_vars(folder / host, port, mode=mode, **extra)["all"]["hosts"]["localhost"]
             hosts[host], nodes[host], ports[host] = hostvars, folder / host / "node", port
         run = vllmkit.run_playbook(folder, "bench.yml", kit.inventory(hosts),
-                                   vllmkit.bench_vars(folder), timeout=900)
+                                   vllmkit.bench_vars(folder), timeout=1700)
         holder_alive = holder.fileno() >= 0
     out = {host: Refusal(run, host, CASES[host][0], nodes[host]) for host in CASES}
     yield out, {"busy_port": busy, "earlier": (earlier, before), "holder_alive": holder_alive, "ports": ports}
