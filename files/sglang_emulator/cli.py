@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "worker calls setsid(); fail-start: exit with an out-of-memory error",
     )
     e.add_argument("--emulator-crash-after", type=int, help="die abruptly once this many generation requests have arrived")
+    e.add_argument(
+        "--emulator-output-mismatch",
+        type=float,
+        default=0.0,
+        help="share of requests (0 to 1) whose greedy output a speculative mode changes from some position on, as "
+        "a broken verification would; 0 (the default): the baseline's exact tokens, as greedy verification gives",
+    )
     return p
 
 
