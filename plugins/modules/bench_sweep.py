@@ -379,7 +379,7 @@ ARGUMENT_SPEC = {
     "metrics_interval_s": {"type": "float", "default": DEFAULTS["metrics_interval_s"]},
     "probe": {"type": "bool", "default": False},
     "output_match": {"type": "int", "default": 0},
-    "output_match_tokens": {"type": "int", "default": 32},
+    "output_match_tokens": {"type": "int", "default": 32, "no_log": False},
 }
 
 
