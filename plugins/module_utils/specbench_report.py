@@ -309,6 +309,10 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     method = summary.get("method") or {}
     lines.append(f"- Speedup interval: {method.get('speedup_ci95')}.")
     lines.append(f"- Crossover: {method.get('crossover')}.")
+    if summary.get("output_match"):
+        lines.append(f"- Output match: {method.get('output_match')}.")
+    if summary.get("traffic"):
+        lines.append(f"- Traffic gain: {method.get('traffic')}.")
     lines.append("- Throughput is steady-state output tokens per second inside each level's measurement window; "
                  "per-stream decode speed is what one user sees; TPOT speedup is baseline TPOT / speculative TPOT "
                  "(above 1: speculation better).")
