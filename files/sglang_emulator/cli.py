@@ -127,6 +127,8 @@ def resolve(args: argparse.Namespace) -> dict:
     prof = PROFILES[args.emulator_profile]
     if args.emulator_time_scale <= 0:
         raise StartupError("--emulator-time-scale must be positive")
+    if not 0 <= args.emulator_output_mismatch <= 1:
+        raise StartupError(f"--emulator-output-mismatch must be a share from 0 to 1 (got {args.emulator_output_mismatch})")
     if args.tp_size < 1:
         raise StartupError("--tp-size must be at least 1")
     if args.attn_dp_size < 1:
