@@ -140,14 +140,12 @@ class ActionModule(ActionBase):
         res.pop("invocation", None)
         return res
 
-    def _output_match(self, task_vars, settings, match, host, mode) -> dict:
-        """The fixed greedy prompts, before the first warmup (outside every window), through the module."""
+    def _output_match(self, probe, match, host, mode) -> dict:
+        """The fixed greedy prompts the probe sent, before the first warmup (outside every window)."""
         count, tokens = match
-        res = self._call(task_vars, self._module_args(settings, output_match=count, output_match_tokens=tokens,
-                                                      concurrency=[1]))
-        block = res.get("output_match")
-        if res.get("failed") or not isinstance(block, dict):
-            why = res.get("msg") or "the module returned no outputs"
+        block = probe.get("output_match")
+        if not isinstance(block, dict):
+            why = probe.get("msg") or "the module returned no outputs"
             self._display.warning(f"{host}: output match of {mode} not recorded: {why}")
             return {"prompts": count, "max_tokens": tokens, "outputs": [], "error": why}
         ok = sum(1 for o in block.get("outputs") or [] if not o.get("error"))
@@ -191,7 +189,9 @@ class ActionModule(ActionBase):
 
         try:
             save()
-            probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1]))
+            # The probe also sends the output match's prompts (one module call, before the first warmup).
+            probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1],
+                                                            output_match=match[0], output_match_tokens=match[1]))
             if probe.get("failed"):
                 error = f"cannot benchmark the server: {probe.get('msg')}"
                 finish("failed", error)
@@ -208,7 +208,7 @@ class ActionModule(ActionBase):
                 f"(model {server.get('model')}, {settings['api']} API"
                 + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
             if match[0]:
-                doc["output_match"] = self._output_match(task_vars, settings, match, host, mode)
+                doc["output_match"] = self._output_match(probe, match, host, mode)
                 save()
 
             def measure(concurrency):  # one level, measured by the module on the node

@@ -166,10 +166,11 @@ options:
     default: false
   output_match:
     description:
-      - Only send this many fixed prompts one at a time (temperature 0, O(output_match_tokens) output tokens,
-        C(ignore_eos), not streamed) and return their output token ids (or text where the API gives none) as
-        RV(output_match); measure nothing. 0 (the default) sweeps. The action plugin sends them before the sweep
-        (its C(output_match_prompts)) and files them in the results file, for the comparison's output match.
+      - Only read the server (as O(probe)) and send this many fixed prompts one at a time (temperature 0,
+        O(output_match_tokens) output tokens, C(ignore_eos), not streamed), returning their output token ids (or
+        text where the API gives none) as RV(output_match); measure nothing. 0 (the default): no prompts. The
+        action plugin asks for them with its probe, before the sweep (its C(output_match_prompts)), and files them
+        in the results file, for the comparison's output match.
     type: int
     default: 0
   output_match_tokens:
@@ -404,11 +405,12 @@ def main() -> None:
         server = probe_server(settings)
     except ServerError as exc:
         module.fail_json(msg=redact(str(exc), secrets), settings=public, levels=[], server_error=True)
-    if probe_only:
-        module.exit_json(changed=False, server=redact(server, secrets), settings=public)
     if match_count:
         outputs = collect_outputs(settings, server.get("model") or settings["model"], match_count, match_tokens)
-        module.exit_json(changed=False, output_match=redact(outputs, secrets), settings=public)
+        module.exit_json(changed=False, server=redact(server, secrets), output_match=redact(outputs, secrets),
+                         settings=public)
+    if probe_only:
+        module.exit_json(changed=False, server=redact(server, secrets), settings=public)
     levels = [redact(level, secrets) for level in sweep(settings, server)]
     module.exit_json(changed=False, server=redact(server, secrets), levels=levels, settings=public)
 
