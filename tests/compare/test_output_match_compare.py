@@ -42,6 +42,8 @@ def test_a_mismatch_gives_its_first_differing_position():
 def test_missing_baseline_errors_and_other_request_sets_are_never_a_match():
     assert cmp.compare_outputs(None, BASE)["status"] == "no_baseline"
     assert cmp.compare_outputs(BASE, None)["status"] == "not_measured"
+    failed = cmp.compare_outputs(BASE, {"prompts": 4, "max_tokens": 8, "outputs": [], "error": "HTTP 500"})
+    assert failed["status"] == "not_measured" and "HTTP 500" in failed["text"]
     other = cmp.compare_outputs(BASE, block([[1, 2, 3, 4]] * 4, max_tokens=16))
     assert other["status"] == "not_comparable" and "max_tokens" in other["text"]
     errors = cmp.compare_outputs(BASE, block([[1, 2, 3, 4], None, None, None]))

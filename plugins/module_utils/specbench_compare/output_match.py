@@ -64,6 +64,9 @@ def compare_outputs(base: dict | None, mine: dict | None, minimum: float = OUTPU
         return out
     out["prompts"] = len(mine["outputs"])
     out["source"] = mine.get("source")
+    if mine.get("error"):
+        out["text"] = f"the output match failed on this mode's server: {mine['error']}"
+        return out
     if base is None:
         out.update(status="no_baseline", text="the baseline recorded no outputs to hold these against")
         return out
