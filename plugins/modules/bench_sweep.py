@@ -168,7 +168,7 @@ options:
     description:
       - Only read the server (as O(probe)) and send this many fixed prompts one at a time (temperature 0,
         O(output_match_tokens) output tokens, C(ignore_eos), not streamed), returning their output token ids (or
-        text where the API gives none) as RV(output_match); measure nothing. 0 (the default): no prompts. The
+        text where the API gives none) as RV(output_match); measure nothing. 0 (the default) sends none. The
         action plugin asks for them with its probe, before the sweep (its C(output_match_prompts)), and files them
         in the results file, for the comparison's output match.
     type: int
