@@ -87,6 +87,7 @@ class OpenAISink(Sink):
         self.created = int(time.time())
         self.sent_role = False
         self.continuous = False  # stream_options.continuous_usage_stats: usage in every chunk
+        self.return_token_ids = False  # return_token_ids: the output's ids in the unstreamed answer
 
     def _envelope(self, choice: dict) -> dict:
         return {
@@ -146,6 +147,10 @@ class OpenAISink(Sink):
             }
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": req.finish_reason, "matched_stop": None}
+        if self.return_token_ids:
+            # srt/entrypoints/openai/serving_chat.py: choices[].response_token_ids (chat);
+            # serving_completions.py: choices[].token_ids (completions)
+            choice["response_token_ids" if self.chat else "token_ids"] = list(req.generated)
         return {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",
@@ -434,13 +439,13 @@ class Api:
                 "or the completion to fit within the limit."
             )
 
-    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full) -> None:
+    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full, prompt=None) -> None:
         self.generation_requests += 1
         crash_after = self.args.emulator_crash_after
         if crash_after is not None and self.generation_requests > crash_after:
             self.state.crash(f"emulated crash after {crash_after} requests")
         self.metrics.requests += 1
-        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink)
+        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink, prompt)
         try:
             self.engine.submit(request)
         except QueueFull as exc:
@@ -484,7 +489,9 @@ class Api:
         include_usage = bool(opts.get("include_usage") or self.args.stream_response_default_include_usage)
         sink = OpenAISink(resp, stream, body.get("model") or self.model_name, chat, include_usage, prompt_tokens)
         sink.continuous = bool(opts.get("continuous_usage_stats"))
-        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full)
+        sink.return_token_ids = bool(body.get("return_token_ids"))
+        prompt = json.dumps(body.get("messages") if chat else body.get("prompt"), sort_keys=True)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full, prompt)
 
     async def tokenize(self, req, resp):
         """POST /tokenize: {"model", "prompt"} or {"model", "messages"} -> {"tokens", "count",
@@ -533,4 +540,5 @@ class Api:
         max_new = params.get("max_new_tokens", 128)
         self._check_len(prompt_tokens, max_new)
         sink = NativeSink(resp, bool(body.get("stream", False)), self.engine.spec, prompt_tokens)
-        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full)
+        prompt = json.dumps(body.get("input_ids") if isinstance(body.get("input_ids"), list) else body.get("text"))
+        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full, prompt)

@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         "worker calls setsid(); fail-start: exit with an out-of-memory error",
     )
     e.add_argument("--emulator-crash-after", type=int, help="die abruptly once this many generation requests have arrived")
+    e.add_argument(
+        "--emulator-output-mismatch",
+        type=float,
+        default=0.0,
+        help="share of requests (0 to 1) whose greedy output a speculative mode changes from some position on, as "
+        "a broken verification would; 0 (the default): the baseline's exact tokens, as greedy verification gives",
+    )
     return p
 
 
@@ -120,6 +127,8 @@ def resolve(args: argparse.Namespace) -> dict:
     prof = PROFILES[args.emulator_profile]
     if args.emulator_time_scale <= 0:
         raise StartupError("--emulator-time-scale must be positive")
+    if not 0 <= args.emulator_output_mismatch <= 1:
+        raise StartupError(f"--emulator-output-mismatch must be a share from 0 to 1 (got {args.emulator_output_mismatch})")
     if args.tp_size < 1:
         raise StartupError("--tp-size must be at least 1")
     if args.attn_dp_size < 1:

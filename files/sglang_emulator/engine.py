@@ -40,6 +40,7 @@ class Request:
     __slots__ = (
         "aborted",
         "created",
+        "diverge_at",
         "finish_reason",
         "finished_at",
         "first_token_at",
@@ -53,6 +54,7 @@ class Request:
         "sink",
         "spec_accepted",
         "stop_at",
+        "tokens",
         "verify_ct",
     )
 
@@ -73,6 +75,8 @@ class Request:
         self.aborted = False
         self.kv_reserved = 0
         self.rank = 0  # the DP rank (scheduler) that serves it
+        self.tokens = None  # the output's own token stream (Engine.new_request)
+        self.diverge_at = None  # position from which an injected mismatch changes the output
 
 
 class Engine:
@@ -90,6 +94,8 @@ class Engine:
         self.log_interval = max(1, args.decode_log_interval)
         self.metrics = metrics
         self.rng = random.Random(args.emulator_seed)
+        self.seed = args.emulator_seed
+        self.mismatch = getattr(args, "emulator_output_mismatch", 0.0) or 0.0
         self.q_eff = model.q_effective(self.spec.q, self.spec.eagle_topk) if self.spec else None
         # --speculative-adaptive: the step count follows the acceptance observed, row by row.
         self.adaptive = model.AdaptiveState(self.spec) if self.spec and self.spec.adaptive_table else None
@@ -118,7 +124,11 @@ class Engine:
         self.last_gen_throughput = 0.0
 
     # -- admission -------------------------------------------------------------------
-    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink) -> Request:
+    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink, prompt=None) -> Request:
+        """A request; ``prompt`` (its text, messages or ids as sent) fixes its output: the same
+        prompt gives the same tokens in every mode, as greedy decoding and greedy verification do
+        (SGLang's EAGLE verify commits the target's argmax when all requests are greedy:
+        srt/speculative/eagle_utils.py, _verify_uses_greedy)."""
         if max_new is None:
             max_new = max(1, self.context_length - input_len)
         stop_at = max_new
@@ -127,6 +137,12 @@ class Engine:
             stop_at = min(max_new, 1 + int(self.rng.expovariate(1 / 180)))
         req = Request(f"{next(self.ids):x}", input_len, max_new, stop_at, sink)
         req.rank = next(self.rank_ids) % self.ranks  # the DP controller's round robin
+        key = f"{self.seed}:{prompt if prompt is not None else req.rid}"
+        req.tokens = random.Random(key)
+        if self.spec and self.mismatch > 0:
+            pick = random.Random(f"{key}:mismatch")
+            if pick.random() < self.mismatch:
+                req.diverge_at = pick.randrange(max(1, stop_at))
         return req
 
     def submit(self, req: Request) -> None:
@@ -243,8 +259,11 @@ class Engine:
 
     def _emit(self, req: Request, count: int) -> None:
         count = min(count, req.stop_at - len(req.generated))
-        rng = self.rng
-        new_ids = [rng.randrange(len(VOCAB)) for _dummy in range(count)]
+        tokens = req.tokens
+        new_ids = [tokens.randrange(len(VOCAB)) for _dummy in range(count)]
+        if req.diverge_at is not None:  # --emulator-output-mismatch: from diverge_at on, other tokens
+            first = len(req.generated)
+            new_ids = [(t + 1) % len(VOCAB) if first + i >= req.diverge_at else t for i, t in enumerate(new_ids)]
         now = time.monotonic()
         req.generated.extend(new_ids)
         self.interval_tokens += count

@@ -34,7 +34,8 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
 
 MODULE = "specbench.core.bench_sweep"
 SETTINGS = tuple(k for k in DEFAULTS if k != "prompts") + ("prompts_file",)
-OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only")
+OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only", "output_match_prompts",
+       "output_match_tokens")
 MODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESULTS_SCHEMA = "specbench.bench_sweep/1"
 
@@ -56,6 +57,18 @@ def check_mode_name(mode) -> str:
         raise SettingsError(f"mode {mode!r} cannot name a results file: use letters, digits, '.', '_' and '-', "
                             "e.g. baseline or eagle3")
     return mode
+
+
+def check_output_match(prompts, tokens) -> tuple[int, int]:
+    """(prompts, tokens) of the output match; SettingsError naming the variable and the fix."""
+    try:
+        count, length = int(str(prompts)), int(str(tokens))
+    except ValueError:
+        count = length = -1
+    if count < 0 or count > 64 or length < 1:
+        raise SettingsError(f"bench_output_match_prompts must be a whole number from 0 (off) to 64 and "
+                            f"bench_output_match_tokens one of 1 or more (got {prompts!r} and {tokens!r}), e.g. 8 and 32")
+    return count, length
 
 
 def check_results_file(path) -> str:
@@ -92,6 +105,7 @@ class ActionModule(ActionBase):
                 raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"))
             settings = normalize_settings(raw, label=role_label, check_prompts_file=False)
             mode = check_mode_name(args.get("mode"))
+            match = check_output_match(args.get("output_match_prompts", 0), args.get("output_match_tokens", 32))
             if args.get("results_file") or not validate_only:
                 results_file = check_results_file(args.get("results_file"))
             if not validate_only and not self._task.check_mode and not settings["base_url"]:
@@ -111,7 +125,7 @@ class ActionModule(ActionBase):
             self._display.display(f"{host} | bench_sweep {mode} (check mode, nothing sent): {plan}")
             result.update(changed=False, settings=public, levels=[], results_file=results_file, msg=plan)
             return result
-        return self._sweep(result, task_vars, args, settings, mode, results_file, host)
+        return self._sweep(result, task_vars, args, settings, mode, results_file, host, match)
 
     # -- the sweep ----------------------------------------------------------------------------
     def _module_args(self, settings: dict, **extra) -> dict:
@@ -126,7 +140,20 @@ class ActionModule(ActionBase):
         res.pop("invocation", None)
         return res
 
-    def _sweep(self, result, task_vars, args, settings, mode, results_file, host):
+    def _output_match(self, probe, match, host, mode) -> dict:
+        """The fixed greedy prompts the probe sent, before the first warmup (outside every window)."""
+        count, tokens = match
+        block = probe.get("output_match")
+        if not isinstance(block, dict):
+            why = probe.get("msg") or "the module returned no outputs"
+            self._display.warning(f"{host}: output match of {mode} not recorded: {why}")
+            return {"prompts": count, "max_tokens": tokens, "outputs": [], "error": why}
+        ok = sum(1 for o in block.get("outputs") or [] if not o.get("error"))
+        self._display.display(f"{host} | bench_sweep {mode}: output match, {ok}/{count} prompts answered at C=1, "
+                              f"temperature 0, {tokens} tokens ({block.get('source')} kept)")
+        return block
+
+    def _sweep(self, result, task_vars, args, settings, mode, results_file, host, match):
         secrets = [settings["api_key"]]
         engine = args.get("engine") or "external"
         server_fact = args.get("server") or {}
@@ -162,7 +189,9 @@ class ActionModule(ActionBase):
 
         try:
             save()
-            probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1]))
+            # The probe also sends the output match's prompts (one module call, before the first warmup).
+            probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1],
+                                                            output_match=match[0], output_match_tokens=match[1]))
             if probe.get("failed"):
                 error = f"cannot benchmark the server: {probe.get('msg')}"
                 finish("failed", error)
@@ -178,6 +207,9 @@ class ActionModule(ActionBase):
                 f"{host} | bench_sweep {mode}: levels {settings['concurrency']} against {settings['base_url']} "
                 f"(model {server.get('model')}, {settings['api']} API"
                 + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
+            if match[0]:
+                doc["output_match"] = self._output_match(probe, match, host, mode)
+                save()
 
             def measure(concurrency):  # one level, measured by the module on the node
                 res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency]))

@@ -20,9 +20,13 @@ from ansible_collections.specbench.core.plugins.module_utils import specbench_re
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
     ARGUMENT_SPEC,
     CompareError,
+    TrafficError,
+    check_minimum,
+    check_traffic_input,
     compact,
     pool_runs,
     refine_plan,
+    resolve_traffic,
     split_run_name,
     summarize_host,
 )
@@ -81,6 +85,15 @@ class ActionModule(ActionBase):
         del validation
         check = bool(self._task.check_mode)
         warnings: list[str] = []
+        try:
+            match_min = check_minimum(args["output_match_min"])
+            check_traffic_input(args["traffic"])
+        except ValueError as exc:  # TrafficError is one
+            raise AnsibleActionFail(str(exc)) from exc
+        if args["validate_only"]:
+            result.update(changed=False, msg="compare_output_match_min and compare_traffic are valid")
+            return result
+        traffic_by_engine: dict = {}
         run_id = args["run_id"].strip()
         if not run_id or not SAFE_NAME.match(run_id) or run_id in (".", ".."):
             raise AnsibleActionFail(
@@ -159,8 +172,19 @@ class ActionModule(ActionBase):
                 continue
             if modes is None:
                 modes = [baseline] + sorted((set(host_results) | set(outcomes)) - {baseline})
+            traffic = None
+            if args["traffic"] not in (None, "", [], {}):
+                engine = next((r.get("engine") for r in host_results.values() if r.get("engine")), "sglang")
+                if engine not in traffic_by_engine:
+                    try:  # read once per engine (the default query names its metric)
+                        traffic_by_engine[engine] = resolve_traffic(args["traffic"], engine)
+                    except TrafficError as exc:  # the reports are still written, saying why
+                        warnings.append(str(exc))
+                        traffic_by_engine[engine] = {"error": str(exc)}
+                traffic = traffic_by_engine[engine]
             try:
-                summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes)
+                summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes,
+                                         output_match_min=match_min, traffic=traffic)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
             plots = {}

@@ -69,6 +69,14 @@ def render_index_md(index: dict) -> str:
         lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
         for reason in h.get("incomplete_reasons") or []:
             lines.append(f"  - incomplete: {_md(reason)}")
+        for mode, m in (h.get("output_match") or {}).items():
+            share = "not checked" if m.get("share") is None else f"{100 * m['share']:.0f}% match the baseline's"
+            lines.append(f"  - outputs of {mode}: {share} ({(m.get('status') or '-').replace('_', ' ')})")
+        for mode, g in (h.get("traffic_gains") or {}).items():
+            gain = "unknown" if g.get("gain") is None else \
+                f"{g['gain']:.2f}x [{g['gain_ci95'][0]:.2f}, {g['gain_ci95'][1]:.2f}] ({g.get('verdict')})"
+            lines.append(f"  - on the traffic, {mode}: {gain}; {100 * (g.get('known_share') or 0):.0f}% of it known, "
+                         f"{100 * (g.get('outside_share') or 0):.0f}% outside the measured range")
         saturated = h.get("saturated_levels") or []
         if saturated:
             at = ", ".join(f"{item['concurrency']:g}" for item in saturated)

@@ -18,6 +18,11 @@ import tempfile
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_report_sections import (
+    _md,
+    output_match_lines,
+    traffic_lines,
+)
 
 PLOTS = {
     "throughput": "throughput.png",
@@ -169,10 +174,6 @@ def _with_ci(value, ci, digits: int = 1) -> str:
     return f"{_f(value, digits)} [{_f(ci[0], digits)}, {_f(ci[1], digits)}]"
 
 
-def _md(text) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(summary: dict, plots: dict | None = None) -> str:
     """report.md: confounders first, then the verdict, plots, a table per level, the advice."""
     plots = plots or {}
@@ -226,6 +227,8 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if tracking:
         lines.append(f"- **Adaptive check**: {_md(tracking['text'])}.")
     lines.append("")
+    lines.extend(output_match_lines(summary))
+    lines.extend(traffic_lines(summary))
     if plots:
         lines.append("## Plots")
         lines.append("")
@@ -306,6 +309,10 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     method = summary.get("method") or {}
     lines.append(f"- Speedup interval: {method.get('speedup_ci95')}.")
     lines.append(f"- Crossover: {method.get('crossover')}.")
+    if summary.get("output_match"):
+        lines.append(f"- Output match: {method.get('output_match')}.")
+    if summary.get("traffic"):
+        lines.append(f"- Traffic gain: {method.get('traffic')}.")
     lines.append("- Throughput is steady-state output tokens per second inside each level's measurement window; "
                  "per-stream decode speed is what one user sees; TPOT speedup is baseline TPOT / speculative TPOT "
                  "(above 1: speculation better).")

@@ -164,6 +164,19 @@ options:
         algorithm, metrics); measure nothing.
     type: bool
     default: false
+  output_match:
+    description:
+      - Only read the server (as O(probe)) and send this many fixed prompts one at a time (temperature 0,
+        O(output_match_tokens) output tokens, C(ignore_eos), not streamed), returning their output token ids (or
+        text where the API gives none) as RV(output_match); measure nothing. 0 (the default) sends none. The
+        action plugin asks for them with its probe, before the sweep (its C(output_match_prompts)), and files them
+        in the results file, for the comparison's output match.
+    type: int
+    default: 0
+  output_match_tokens:
+    description: Output tokens per output-match prompt.
+    type: int
+    default: 32
 attributes:
   check_mode:
     support: full
@@ -198,6 +211,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+output_match:
+  description:
+    - With O(output_match), the outputs - C(prompts), C(concurrency) (1), C(temperature) (0), C(max_tokens),
+      C(ignore_eos), C(api), C(source) (C(token_ids) or C(text)), C(prompt_sha256) and C(outputs), one
+      C({index, token_ids, text, error}) per prompt.
+  returned: when output_match is above 0
+  type: dict
 server:
   description: What the server says about itself (API keys removed).
   returned: success
@@ -325,6 +345,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
     DEFAULTS,
     ServerError,
     SettingsError,
+    collect_outputs,
     describe_plan,
     normalize_settings,
     probe_server,
@@ -358,6 +379,8 @@ ARGUMENT_SPEC = {
     "flush_cache": {"type": "bool", "default": DEFAULTS["flush_cache"]},
     "metrics_interval_s": {"type": "float", "default": DEFAULTS["metrics_interval_s"]},
     "probe": {"type": "bool", "default": False},
+    "output_match": {"type": "int", "default": 0},
+    "output_match_tokens": {"type": "int", "default": 32, "no_log": False},
 }
 
 
@@ -365,6 +388,11 @@ def main() -> None:
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     params = dict(module.params)
     probe_only = params.pop("probe")
+    match_count = params.pop("output_match")
+    match_tokens = params.pop("output_match_tokens")
+    if match_count < 0 or match_tokens < 1:
+        module.fail_json(msg=f"output_match must be 0 or more prompts and output_match_tokens 1 or more tokens "
+                             f"(got {match_count} and {match_tokens})")
     try:
         settings = normalize_settings(params)
     except SettingsError as exc:
@@ -377,6 +405,10 @@ def main() -> None:
         server = probe_server(settings)
     except ServerError as exc:
         module.fail_json(msg=redact(str(exc), secrets), settings=public, levels=[], server_error=True)
+    if match_count:
+        outputs = collect_outputs(settings, server.get("model") or settings["model"], match_count, match_tokens)
+        module.exit_json(changed=False, server=redact(server, secrets), output_match=redact(outputs, secrets),
+                         settings=public)
     if probe_only:
         module.exit_json(changed=False, server=redact(server, secrets), settings=public)
     levels = [redact(level, secrets) for level in sweep(settings, server)]

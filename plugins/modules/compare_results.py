@@ -81,6 +81,25 @@ options:
     description: Write the fleet index C(index.json) and C(index.md) for the run.
     type: bool
     default: true
+  output_match_min:
+    description:
+      - Least share (0 to 1) of the fixed prompts whose output tokens must match the baseline's exactly; a mode
+        below it is a confounder named first in the report (its results' C(output_match), from the sweep).
+    type: float
+    default: 0.95
+  traffic:
+    description:
+      - The traffic to weigh each mode's speedup by (summary C(traffic), a report section); unset, none.
+      - A list of C({concurrency, share}) (shares normalised to sum to 1), or
+        C({prometheus, start, end, step, query}) read on the controller through Prometheus's
+        C(/api/v1/query_range) (default query C(sum(vllm:num_requests_running)) or
+        C(sum(sglang:num_running_reqs)) by the results' engine), binned by whole running requests.
+      - A Prometheus that cannot be read leaves the reports written, with the reason in their traffic section.
+    type: raw
+  validate_only:
+    description: Only check I(output_match_min) and I(traffic) (the compare role's preflight), read and write nothing.
+    type: bool
+    default: false
   refine:
     description:
       - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.

@@ -73,7 +73,11 @@ def accuracy_run(tmp_path_factory):
         }
         try:
             return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), limit="kimi,llama",
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "acc"}, timeout=420)
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "acc",
+                                           "compare_traffic": [{"concurrency": 1, "share": 0.25},
+                                                               {"concurrency": 32, "share": 0.25},
+                                                               {"concurrency": 1000, "share": 0.5}]},
+                                timeout=420)
         finally:
             for node in nodes.values():
                 kill_node_servers(node)
@@ -141,6 +145,25 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     index = json.loads((run_dir / "index.json").read_text())
     assert set(index["hosts"]) == {"kimi", "llama"} and index["hosts_complete"] == 2  # not the host --limit left out
     assert (run_dir / "index.md").is_file()
+
+
+def test_every_mode_gave_the_baselines_exact_outputs_and_the_gain_is_weighed_by_the_traffic(accuracy_run):
+    """The output match ran before each mode's sweep (8 prompts at C=1, temperature 0, chat API, token ids from
+    return_token_ids) and the emulator, like greedy verification, gave every mode the baseline's tokens. The
+    traffic given (C=1, 32 and 1000) falls a quarter in each host's levels (kimi 1-4, llama 16-64) and three
+    quarters outside them, never extrapolated."""
+    _unused1, run_dir, _unused2 = accuracy_run
+    for host, modes in (("kimi", ("eagle3", "eagle3-adaptive")), ("llama", ("eagle3",))):
+        base = json.loads((run_dir / host / "baseline.json").read_text())["output_match"]
+        assert (base["prompts"], base["source"], base["api"], base["max_tokens"]) == (8, "token_ids", "chat", 32)
+        assert all(len(o["token_ids"]) == 32 for o in base["outputs"])
+        found = summary(run_dir, host)
+        assert {m: found["output_match"][m]["share"] for m in modes} == dict.fromkeys(modes, 1.0)
+        assert not [c for c in found["confounders"] if c["kind"].startswith("output")]
+        gain = found["traffic"]["gains"]["eagle3"]
+        assert gain["outside_share"] == 0.75 and gain["known_share"] + gain["unknown_share"] == 0.25
+        text = (run_dir / host / "report.md").read_text()
+        assert "## Outputs unchanged by speculation" in text and "## Weighed by traffic" in text
 
 
 def test_set_stats_carries_the_summary_for_awx(accuracy_run):

@@ -63,3 +63,28 @@ def test_the_report_is_consistent_with_its_measurements(compare, spec):
         assert row["verdict"] == expected, row
     report = (folder / "report.md").read_text()
     assert spec in report and "baseline" in report
+
+
+def test_the_outputs_under_speculation_are_held_against_the_baselines(compare):
+    """The output match compare.yml runs before each sweep: 8 fixed prompts at C=1, temperature 0, 32 tokens,
+    ignore_eos, chat API with return_token_ids (vllm/entrypoints/openai/chat_completion/serving.py returns
+    choices[].token_ids). Every prompt is answered with its ids in every mode; the share matching the
+    baseline's is the figure the README quotes. It is reported, not assumed: greedy verification keeps the
+    target's argmax, but a batched verify step may round differently from one-token decoding on a tiny random
+    model whose top logits sit close, so a share below compare_output_match_min must show as the first
+    confounder, never be hidden."""
+    folder = host_dir(compare)
+    blocks = {m: json.loads((folder / f"{m}.json").read_text())["output_match"] for m in MODES}
+    for mode, block in blocks.items():
+        assert (block["source"], block["api"], block["prompts"], block["max_tokens"]) == ("token_ids", "chat", 8, 32)
+        assert [len(o["token_ids"]) for o in block["outputs"] if not o["error"]] == [32] * 8, mode
+    summary = json.loads((folder / "summary.json").read_text())
+    for spec in ("ngram", "draft"):
+        match = summary["output_match"][spec]
+        assert match["compared"] == 8 and match["share"] == match["matched"] / 8
+        below = match["share"] < summary["output_match_min"]
+        assert match["status"] == ("below_min" if below else "ok")
+        if below:
+            assert summary["confounders"][0]["kind"] == "output_mismatch"
+    report = (folder / "report.md").read_text()
+    assert "## Outputs unchanged by speculation" in report

@@ -18,7 +18,10 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``confounders``: what makes the comparison less than fair;
 - ``summarize``: one comparison, the host summary, the compact form the index carries;
 - ``pooling``: several runs of one mode (compare_launches, refinement rounds) pooled per level;
-- ``refine``: the next refinement round.
+- ``refine``: the next refinement round;
+- ``output_match``: each mode's greedy outputs held against the baseline's;
+- ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
+  that mix read from Prometheus's running-requests history.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, C
 from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
 from .intervals import borrow_ci, level_figures, log_half_width, ratio_ci
+from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import POOLED_METHOD, pool_level, pool_runs, run_seconds, split_run_name
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
@@ -38,6 +42,8 @@ from .recommend import (
 )
 from .refine import refine_plan
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
+from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
+from .traffic_prometheus import bin_running, check_traffic_input, read_traffic, resolve_traffic
 from .verdict import (
     FAILED,
     LOSES,
@@ -61,5 +67,7 @@ __all__ = [
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "speculate_ranges", "split_run_name", "summarize_host", "tracking",
-    "CompareError",
+    "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
+    "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
+    "traffic_gains", "check_traffic_input", "resolve_traffic",
 ]

@@ -22,6 +22,9 @@ ARGUMENT_SPEC = {
     "plots": {"type": "bool", "default": True},
     "dpi": {"type": "int", "default": 100},
     "index": {"type": "bool", "default": True},
+    "output_match_min": {"type": "float", "default": 0.95},
+    "traffic": {"type": "raw"},
+    "validate_only": {"type": "bool", "default": False},
     "refine": {
         "type": "dict",
         "options": {

@@ -121,17 +121,30 @@ def outcome_error(outcome: dict | None) -> str:
     return "; ".join(parts) or "no detail recorded"
 
 
-def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None = None) -> list[dict]:
+def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None = None,
+                output_match: dict | None = None) -> list[dict]:
     """Everything that makes the comparison less than fair, most serious first.
 
     ``results`` maps mode -> results file dict; ``outcomes`` maps mode -> what the run
-    recorded (status, error, gpu_before, gpu_after) when the compare playbook ran it.
+    recorded (status, error, gpu_before, gpu_after) when the compare playbook ran it;
+    ``output_match`` maps mode -> its outputs held against the baseline's (output_match.py): a
+    mode whose outputs changed is named first, since its speed is not the same model's.
     """
     outcomes = outcomes or {}
     found: list[dict] = []
 
     def add(kind: str, text: str, mode: str | None = None, concurrency=None, severity: str = "warning"):
         found.append({"kind": kind, "severity": severity, "mode": mode, "concurrency": concurrency, "text": text})
+
+    for mode, match in (output_match or {}).items():
+        if match.get("status") == "below_min":
+            add("output_mismatch", f"{mode}: the outputs changed under speculation: {match['text']}, below the "
+                f"{match['min']:g} required (compare_output_match_min); greedy verification must give the baseline's "
+                "exact tokens, so this mode is not serving the same model: check its draft, its verification and "
+                "the engine version before trusting its speed", mode, severity="error")
+    for mode, match in (output_match or {}).items():
+        if match.get("status") in ("not_measured", "no_baseline", "not_comparable"):
+            add("output_match_unknown", f"{mode}: outputs not checked against the baseline: {match['text']}", mode)
 
     modes = list(results)
     # Modes that failed or are missing.

@@ -55,6 +55,8 @@ def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
         levels.append(pooled)
     base["levels"] = levels
     base["runs"] = listing
+    # The outputs checked once per mode (the first launch that checked them).
+    base["output_match"] = next((r["output_match"] for unused, r in ordered if r.get("output_match")), None)
     statuses = [r.get("status") for unused, r in ordered]
     base["status"] = next((s for s in statuses if s in ("running", "failed", "stopped")), base.get("status"))
     # A run's error that was one of its levels' errors lasts only while the pooled level still

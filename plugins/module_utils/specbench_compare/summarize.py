@@ -8,7 +8,9 @@ from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _n
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, level_figures, ratio_ci
+from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
+from .traffic import TRAFFIC_METHOD, traffic_gains
 from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
 
 
@@ -167,12 +169,17 @@ def summarize_host(
     baseline: str = BASELINE,
     modes: list[str] | None = None,
     outcomes: dict | None = None,
+    output_match_min: float = OUTPUT_MATCH_MIN,
+    traffic: dict | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
 
     ``results`` maps mode -> results file dict (modes whose file is missing are absent);
     ``modes`` is the list asked for (default: the baseline, then the others found);
-    ``outcomes`` maps mode -> {status, error, gpu_before, gpu_after} as recorded by the run.
+    ``outcomes`` maps mode -> {status, error, gpu_before, gpu_after} as recorded by the run;
+    ``output_match_min`` is the least share of outputs that must match the baseline's;
+    ``traffic`` is {traffic: [{concurrency, share}], source} (``traffic.parse_traffic`` or
+    ``traffic_prometheus.read_traffic``): each mode's expected gain on it goes in ``traffic``.
     The first speculative mode in ``modes`` gives the top-level crossover and recommendation.
     """
     outcomes = dict(outcomes or {})
@@ -210,7 +217,8 @@ def summarize_host(
             elif why:
                 incomplete.append(f"{mode}: C={level.get('concurrency')} failed (above)")
     comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
-    conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes})
+    matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
+    conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)
     primary = comparisons[spec_modes[0]] if spec_modes else None
     summary: dict = {
         "schema": SCHEMA,
@@ -227,7 +235,10 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD},
+        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
+                   "traffic": TRAFFIC_METHOD},
+        "output_match": matches,
+        "output_match_min": output_match_min,
     }
     keys = (
         "crossover_status",
@@ -255,6 +266,13 @@ def summarize_host(
         summary["recommendation"] = "No recommendation: no speculative mode was compared (add one to compare_modes)."
         summary["levels"] = []
     summary["comparisons"] = comparisons
+    summary["traffic"] = None
+    if traffic and traffic.get("error"):
+        summary["traffic"] = {"source": traffic.get("source"), "error": traffic["error"], "gains": {}}
+    elif traffic:
+        summary["traffic"] = {"source": traffic.get("source"), "traffic": traffic["traffic"],
+                              "idle_share": traffic.get("idle_share"), "samples": traffic.get("samples"),
+                              "gains": traffic_gains(comparisons, traffic["traffic"])}
     adaptive = [m for m in spec_modes if "adaptive" in m]
     fixed = [m for m in spec_modes if "adaptive" not in m]
     summary["tracking"] = None
@@ -314,6 +332,10 @@ def compact(summary: dict) -> dict:
         "speculate_ranges": summary.get("speculate_ranges"),
         "adaptive_config": summary.get("adaptive_config"),
         "confounders": len(summary.get("confounders") or []),
+        "output_match": {m: {"share": v.get("share"), "status": v.get("status")}
+                         for m, v in (summary.get("output_match") or {}).items()},
+        "traffic_gains": {m: {k: g.get(k) for k in ("gain", "gain_ci95", "verdict", "known_share", "outside_share")}
+                          for m, g in ((summary.get("traffic") or {}).get("gains") or {}).items()},
         "incomplete_reasons": summary.get("incomplete_reasons") or [],
         "levels": [
             {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"],

@@ -1,0 +1,74 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""report.md's sections on the outputs under speculation and on the traffic-weighted gain.
+
+Rendered from summary.json's ``output_match`` and ``traffic`` (specbench_compare's
+``output_match.py`` and ``traffic.py``); ``specbench_report.render_markdown`` places them after
+the verdict, and ``specbench_index`` the one-line forms.
+"""
+
+from __future__ import annotations
+
+
+def _md(text) -> str:
+    """Text safe inside a Markdown table cell (the report's and the index's one escaping)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def output_match_lines(summary: dict) -> list[str]:
+    """## Outputs unchanged by speculation: per mode, the share matching the baseline's."""
+    matches = summary.get("output_match") or {}
+    if not matches:
+        return []
+    minimum = summary.get("output_match_min")
+    lines = ["## Outputs unchanged by speculation", ""]
+    lines.append(f"The same prompts at C=1, temperature 0, against `{summary.get('baseline_mode')}`'s outputs; a mode "
+                 f"below {minimum:g} is a confounder (listed first above).")
+    lines.append("")
+    lines.append("| mode | match | compared as | first differences | status |")
+    lines.append("|---|---:|---|---|---|")
+    for mode, m in matches.items():
+        share = "-" if m.get("share") is None else f"{100 * m['share']:.0f}% ({m['matched']}/{m['compared']})"
+        unit = "token" if m.get("source") == "token_ids" else "char"
+        diffs = ", ".join(f"#{d['index']} @{unit} {d['first_difference']}" for d in (m.get("mismatches") or [])[:4])
+        source = {"token_ids": "token ids", "text": "text (no ids from the API)"}.get(m.get("source"), "-")
+        lines.append(f"| `{mode}` | {share} | {source} | {diffs or '-'} | {m.get('status', '-').replace('_', ' ')} |")
+    lines.append("")
+    return lines
+
+
+def traffic_lines(summary: dict) -> list[str]:
+    """## Weighed by traffic: each mode's expected gain on the traffic mix, with its interval."""
+    traffic = summary.get("traffic")
+    if not traffic:
+        return []
+    source = traffic.get("source") or {}
+    lines = ["## Weighed by traffic", ""]
+    if traffic.get("error"):
+        lines += [f"Not weighed: the traffic could not be read ({_md(traffic['error'])}).", ""]
+        return lines
+    if source.get("kind") == "prometheus":
+        idle = traffic.get("idle_share")
+        lines.append(f"Traffic: `{_md(source.get('query'))}` from {source.get('prometheus')}, {source.get('start')} to "
+                     f"{source.get('end')} every {source.get('step')} ({traffic.get('samples')} samples"
+                     + (f", {100 * idle:.0f}% idle, left out" if idle else "") + ").")
+    else:
+        lines.append("Traffic: the shares given in `compare_traffic`.")
+    mix = ", ".join(f"C={t['concurrency']:g} {100 * t['share']:.0f}%" for t in (traffic.get("traffic") or [])[:12])
+    lines.append(f"Mix: {mix}" + ("..." if len(traffic.get("traffic") or []) > 12 else "") + ".")
+    lines.append("")
+    lines.append("| series | expected gain [95%] | verdict | known | unknown | outside measured range |")
+    lines.append("|---|---|---|---:|---:|---:|")
+    for name, g in (traffic.get("gains") or {}).items():
+        gain = "-" if g.get("gain") is None else f"{g['gain']:.3f}x [{g['gain_ci95'][0]:.3f}, {g['gain_ci95'][1]:.3f}]"
+        lines.append(f"| `{name}` | {gain} | {g.get('verdict')} | {100 * g['known_share']:.0f}% | "
+                     f"{100 * g['unknown_share']:.0f}% | {100 * g['outside_share']:.0f}% |")
+    lines.append("")
+    for name, g in (traffic.get("gains") or {}).items():
+        lines.append(f"- `{name}`: {_md(g.get('text'))}.")
+    lines.append("")
+    lines.append("The gain is the share-weighted mean speedup over the known traffic (interpolated linear in log C "
+                 "between measured levels); traffic next to an unclear or failed level is unknown and traffic outside "
+                 "the measured levels is never extrapolated: neither counts as a gain.")
+    lines.append("")
+    return lines
