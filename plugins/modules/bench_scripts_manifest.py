@@ -11,7 +11,7 @@ version_added: "0.1.0"
 description:
   - Expands the file list (files and folders, relative to I(root)) into one entry per file with
     its source path, its destination relative to the node folder, its sha256 and its mode.
-  - It runs on the controller (C(delegate_to) localhost): its action plugin computes the result in the
+  - It runs on the controller (C(delegate_to) localhost). Its action plugin computes the result in the
     controller's worker process, without starting a Python child. M(specbench.core.bench_scripts_verify)
     compares a node with the result.
   - Folders are walked recursively, leaving out C(__pycache__) and compiled files.
