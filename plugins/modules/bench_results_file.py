@@ -81,7 +81,7 @@ from ansible_collections.specbench.core.plugins.module_utils.bench_results_file 
 
 def main():
     # The options are declared here for the documentation's sake; the action plugin does the work.
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, bypass_checks=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=False, bypass_checks=True)
     module.fail_json(
         msg="specbench.core.bench_results_file runs on the controller through its action plugin; "
         "call it as a task (specbench.core.bench_results_file), not as a module on a host"

@@ -39,8 +39,8 @@ def test_a_tagged_run_is_filed_under_its_tag_and_the_untagged_file_is_put_back(t
 
 def test_nothing_measured_writes_nothing_but_still_puts_the_untagged_file_back(tmp_path):
     results, tagged, held = tmp_path / "ngram.json", tmp_path / "ngram@launch2.json", tmp_path / ".ngram.json.held"
-    assert file_results(str(results), GPU, str(tagged), str(held)) == {"recorded": None, "filed_as": None,
-                                                                         "restored": None}
+    nothing = {"recorded": None, "filed_as": None, "restored": None}
+    assert file_results(str(results), GPU, str(tagged), str(held)) == nothing
     held.write_text('{"mode": "ngram"}')
     assert file_results(str(results), GPU, str(tagged), str(held))["restored"] == str(results)
     assert json.loads(results.read_text()) == {"mode": "ngram"} and not tagged.exists()
