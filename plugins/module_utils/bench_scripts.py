@@ -3,7 +3,8 @@
 """The files bench_scripts ships: the controller's manifest and the node's check against it.
 
 Standard library only. One sha256 implementation for both sides: the manifest is computed on
-the controller (module bench_scripts_manifest, delegated to localhost) and every node file is
+the controller (module bench_scripts_manifest, delegated to localhost; its action plugin runs
+``manifest_result`` in the controller's worker, without a Python child) and every node file is
 compared with it (module bench_scripts_verify) on every run.
 
 An entry with ``build: zipapp`` ships a Python package folder as one runnable file, built on
@@ -28,6 +29,14 @@ ZIPAPP_MAIN = (
     "# Entry point of a zipapp built by specbench's bench_scripts: run the package's __main__.\n"
     "import runpy\n\nrunpy.run_module({name!r}, run_name=\"__main__\", alter_sys=True)\n"
 )
+
+
+# The options of module bench_scripts_manifest (the module and its action plugin both validate them).
+MANIFEST_ARGUMENT_SPEC = {
+    "root": {"type": "path", "required": True},
+    "files": {"type": "list", "elements": "dict", "required": True},
+    "bundle": {"type": "list", "elements": "dict"},
+}
 
 
 class ScriptsError(Exception):
@@ -142,6 +151,17 @@ def manifest(root: str, files: list[dict]) -> tuple[list[dict], list[str]]:
                 entry = {"src": os.path.abspath(full), "dest": rel, "sha256": sha256(full), "mode": mode}
             entries.append(entry)
     return entries, skipped
+
+
+def manifest_result(params: dict) -> dict:
+    """What module bench_scripts_manifest returns for its validated ``params`` (without changed
+    and warnings): the manifest, the optional entries skipped and, given ``bundle``, the tar file.
+    Raises ScriptsError, or OSError for a file it cannot read."""
+    entries, skipped = manifest(params["root"], params["files"])
+    result = {"manifest": entries, "skipped": skipped}
+    if params.get("bundle") is not None:
+        result["bundle"] = bundle(params["bundle"])
+    return result
 
 
 def verify(folder: str, entries: list[dict]) -> dict:

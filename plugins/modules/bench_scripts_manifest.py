@@ -11,7 +11,8 @@ version_added: "0.1.0"
 description:
   - Expands the file list (files and folders, relative to I(root)) into one entry per file with
     its source path, its destination relative to the node folder, its sha256 and its mode.
-  - Run it on the controller (C(delegate_to) localhost); M(specbench.core.bench_scripts_verify)
+  - It runs on the controller (C(delegate_to) localhost). Its action plugin computes the result in the
+    controller's worker process, without starting a Python child. M(specbench.core.bench_scripts_verify)
     compares a node with the result.
   - Folders are walked recursively, leaving out C(__pycache__) and compiled files.
   - An entry with C(build=zipapp) ships a Python package folder as one runnable file (a zipapp
@@ -91,30 +92,27 @@ skipped:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import ScriptsError, bundle, manifest
+from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import (
+    MANIFEST_ARGUMENT_SPEC,
+    ScriptsError,
+    manifest_result,
+)
 
 
+# The action plugin of the same name (plugins/action/bench_scripts_manifest.py) runs the same
+# code on the controller without starting this module; this entry point serves ansible-doc and
+# a direct run of the module.
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "root": {"type": "path", "required": True},
-            "files": {"type": "list", "elements": "dict", "required": True},
-            "bundle": {"type": "list", "elements": "dict"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=MANIFEST_ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        entries, skipped = manifest(module.params["root"], module.params["files"])
-        extra = {}
-        if module.params["bundle"] is not None:
-            extra["bundle"] = bundle(module.params["bundle"])
+        result = manifest_result(module.params)
     except ScriptsError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
         module.fail_json(msg=f"cannot read a file to ship: {exc}")
-    for item in skipped:
+    for item in result["skipped"]:
         module.warn(f"not shipped: {item}")
-    module.exit_json(changed=False, manifest=entries, skipped=skipped, **extra)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":

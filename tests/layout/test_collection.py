@@ -59,3 +59,17 @@ def test_example_proxmox_inventory_uses_documentation_addresses_only():
     hostvars = json.loads(result.stdout)["_meta"]["hostvars"]
     for name, hv in hostvars.items():
         assert hv["ansible_host"].startswith("192.0.2."), name
+
+
+def test_the_render_cache_is_keyed_by_every_parameter_the_render_takes():
+    """Role sglang_server keeps a rendered command under the hash of sglang_server_command_params
+    (vars/main.yml) and reuses it for the same hash: the render task must take exactly those
+    parameters, or a change in one left out of the key would reuse a stale command."""
+    import yaml
+
+    role = ROOT / "roles" / "sglang_server"
+    params = yaml.safe_load((role / "vars" / "main.yml").read_text())["sglang_server_command_params"]
+    tasks = yaml.safe_load((role / "tasks" / "preflight.yml").read_text())
+    (render,) = [t for t in tasks if "specbench.core.sglang_command" in t]
+    assert render["specbench.core.sglang_command"] == params
+    assert "sglang_server_command_key not in" in " ".join(render["when"])
