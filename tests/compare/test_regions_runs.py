@@ -185,6 +185,11 @@ def test_compare_launches_interleaves_fresh_servers_and_pools_their_levels_into_
     found = summary(run_dir, "moe")
     assert [lv["concurrency"] for lv in found["levels"]] == MOE_LEVELS
     assert all(lv["launches"] == MOE_LAUNCHES for lv in found["levels"]), found["levels"]
+    # Each mode's outcome names the file its last launch was filed as, and that file exists.
+    outcomes = json.loads((host_dir / "compare-run.json").read_text())["outcomes"]
+    for mode in ("baseline", "eagle3"):
+        assert Path(outcomes[mode]["results_file"]).name == f"{mode}@launch{MOE_LAUNCHES}.json", outcomes[mode]
+        assert Path(outcomes[mode]["results_file"]).is_file()
 
 
 def test_the_adaptive_mode_with_the_recommended_table_tracks_the_better_mode_and_a_wrong_table_fails(adaptive_run):
