@@ -89,7 +89,8 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "localhost")
         try:
             if raw.get("prompts_file"):
-                raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"))
+                raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"),
+                                              str(raw.get("prompts_format") or "auto").strip().lower())
             settings = normalize_settings(raw, label=role_label, check_prompts_file=False)
             mode = check_mode_name(args.get("mode"))
             if args.get("results_file") or not validate_only:

@@ -214,7 +214,8 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
             shares[i % workers] += 1
     adaptive = adaptive_plan(settings, workers)[0]
     plans = [{"settings": settings, "model": model, "t0": t0, "bin_w": bin_w, "starts": starts, "budget": share,
-              "key": key, "trace": trace, "adaptive": adaptive} for share in shares]
+              "key": key, "trace": trace, "adaptive": adaptive, "widx": widx, "nworkers": workers}
+             for widx, share in enumerate(shares)]
     poller = MetricsPoller(settings, t0) if settings.get("_metrics") else None
     try:
         if workers == 1:
@@ -250,12 +251,13 @@ def _merge(results: list[dict]) -> dict:
     for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify", "exact"):
         out[key] = sum(r[key] for r in results)
     for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends", "end_tokens",
-                "end_verify"):
+                "end_verify", "end_category", "end_spec_tokens"):
         out[key] = [v for r in results for v in r[key]]
     itl = array("d")
     for r in results:
         itl.extend(r["itl"])
     out["itl"] = itl
+    out["categories"] = results[0].get("categories") or []
     bins = [0.0] * max(len(r["bins"]) for r in results)
     for r in results:
         for i, v in enumerate(r["bins"]):
@@ -297,6 +299,42 @@ def finished_in_window(raws: list[dict]) -> tuple[int, float, float]:
                 tokens += n
                 verify += v
     return count, tokens, verify
+
+
+def category_figures(raws: list[dict], level: dict) -> list[dict] | None:
+    """Per category of the given prompts, over the requests that finished inside the window:
+    requests, output tokens, their share of the level's tokens (its throughput is that share of
+    the level's output_tok_per_s), and the accept length where the engine reported each request's verify steps
+    (SGLang /generate: sum(completion_tokens) / sum(spec_verify_ct); vLLM with
+    --per-request-spec-decode-metrics: 1 + sum(accepted) / sum(steps), the same tokens per
+    verify step). None without categorised prompts."""
+    names = next((r.get("categories") for r in raws if r.get("categories")), None)
+    if not names:
+        return None
+    tally = {i: [0, 0.0, 0.0, 0.0] for i in range(len(names))}  # requests, tokens, spec tokens, verify steps
+    for raw in raws:
+        ws, we = raw.get("ws"), raw.get("window_end")
+        if ws is None or we is None:
+            continue
+        for end, n, v, cat, st in zip(raw["ends"], raw["end_tokens"], raw["end_verify"],  # noqa: B905
+                                      raw["end_category"], raw["end_spec_tokens"]):
+            if ws <= end < we and cat >= 0:
+                row = tally[cat]
+                row[0] += 1
+                row[1] += n
+                row[2] += st
+                row[3] += v
+    total = sum(row[1] for row in tally.values())
+    del level  # a category's rate is its share of the level's (at node speed on the emulator): compared later
+    out = []
+    for i, name in enumerate(names):
+        count, tokens, spec_tokens, verify = tally[i]
+        share = tokens / total if total else None
+        out.append({"category": name, "requests": count, "output_tokens": int(tokens),
+                    "throughput_share": round(share, 4) if share is not None else None,
+                    "accept_length": round(spec_tokens / verify, 4) if verify else None,
+                    "verify_steps": int(verify)})
+    return out
 
 
 def accept_length_of(raws: list[dict], level: dict, settings: dict, engine, spec: bool, accept_server: list,
@@ -416,6 +454,16 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     level["window"] = window_record(settings, level, *adaptive_plan(settings, raws[0]["workers"]))
     level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
     level.update(token_counts_of(raws, level, settings, engine, calibration))
+    level["lengths"] = settings.get("lengths", "fixed")  # fixed: output_len each; data: each prompt's own, capped
+    per_category = category_figures(raws, level)
+    if per_category is not None:
+        level["categories"] = per_category
+        level["categories_source"] = (
+            "requests finished in the window, by their prompt's category; accept length per category from "
+            + ("/generate meta_info.spec_verify_ct per request" if settings["api"] == "native" else
+               "metrics.speculative_decoding per request (vLLM --per-request-spec-decode-metrics)")
+            + (" (none reported: launch with per-request speculation figures, or bench_categories: separate)"
+               if spec and not any(c["accept_length"] for c in per_category) else ""))
     if spec and settings["flush_cache"] and engine.FLUSH_PATH:
         level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
     if spec and level["accept_length"] is None and level["requests_ok"]:
