@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from .breakdown import TERMS_METHOD, category_rows, paying_longest, speedup_terms
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
@@ -73,6 +74,10 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["saturated"] = saturated
         row["verdict"] = (SATURATED if saturated else FAILED if failed
                           else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
+        row.update(speedup_terms(bl, sl))
+        cats = category_rows(bl, sl, bf and bf["throughput"], sf and sf["throughput"])
+        if cats:
+            row["categories"] = cats
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
@@ -104,6 +109,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "adaptive_table": rec["adaptive_table"],
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
+        "categories_paying": paying_longest(rows),
         "levels": rows,
     }
 
@@ -227,7 +233,7 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD},
+        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "speedup_terms": TERMS_METHOD},
     }
     keys = (
         "crossover_status",
@@ -247,6 +253,7 @@ def summarize_host(
         "adaptive_table",
         "adaptive_config",
         "notes",
+        "categories_paying",
         "levels",
     )
     for key in keys:

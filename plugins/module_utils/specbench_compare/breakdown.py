@@ -1,0 +1,95 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Why the crossover falls where it does: each level's speedup split into its two terms, and
+the per-category table.
+
+Step-time ratio, at one concurrency level::
+
+    step_time_ratio = (spec ITL x accept length) / baseline ITL
+
+ITL is the level's mean inter-token latency (``itl_ms.mean``: a chunk of k tokens has its gap
+split over k, so the mean over tokens is the decode time per token). Speculative decoding makes
+``accept length`` tokens per verify step, so spec ITL x accept length is the time of one verify
+step (draft + verify) at that level, and the baseline's ITL the time of one plain decode step
+(one token) at the same level. The ratio is the cost of a step relative to the baseline's.
+
+Then the decode speedup is ``accept length / step_time_ratio`` (= baseline ITL / spec ITL,
+exactly). The throughput speedup differs from it only by what is not decode (prefill and TTFT
+in each request's time): ``speedup_from_terms`` is held beside the measured speedup, and a
+reader sees whether speculation stopped paying because acceptance fell (accept length down) or
+because verification got expensive at that batch size (step-time ratio up).
+
+Figures come from the results files; the source of each (real GPU, real engine on CPU,
+emulator) is the results' own.
+"""
+
+from __future__ import annotations
+
+from .common import _num, _rnd
+
+TERMS_METHOD = ("step_time_ratio = (spec itl_ms.mean x accept_length) / baseline itl_ms.mean at the same level; "
+                "speedup_from_terms = accept_length / step_time_ratio (decode only: TTFT and prefill left out)")
+
+
+def _itl(level: dict | None):
+    itl = (level or {}).get("itl_ms")
+    return _num(itl.get("mean")) if isinstance(itl, dict) else None
+
+
+def speedup_terms(base_level: dict | None, spec_level: dict | None) -> dict:
+    """accept_length, step_time_ratio and speedup_from_terms of one level (None where a figure
+    is missing: no accept length, no ITL)."""
+    accept = _num((spec_level or {}).get("accept_length"))
+    b_itl, s_itl = _itl(base_level), _itl(spec_level)
+    if accept is None or not b_itl or not s_itl or accept <= 0:
+        return {"accept_length": _rnd(accept), "step_time_ratio": None, "speedup_from_terms": None}
+    ratio = s_itl * accept / b_itl
+    return {"accept_length": _rnd(accept), "step_time_ratio": _rnd(ratio), "speedup_from_terms": _rnd(accept / ratio)}
+
+
+def _categories(level: dict | None) -> dict:
+    rows = (level or {}).get("categories")
+    return {r["category"]: r for r in rows if isinstance(r, dict) and r.get("category")} if isinstance(rows, list) else {}
+
+
+def category_rows(base_level: dict | None, spec_level: dict | None, base_thr, spec_thr) -> list[dict]:
+    """Per category at one level: the speculative mode's accept length and throughput share, and
+    the speedup of the category's own throughput (its share of each mode's output_tok_per_s):
+    (spec share x spec tok/s) / (baseline share x baseline tok/s). A point estimate: it carries
+    the level's uncertainty and the shares' (the requests that happened to finish in the window)."""
+    b_cats, s_cats = _categories(base_level), _categories(spec_level)
+    out = []
+    for name in list(s_cats) + [n for n in b_cats if n not in s_cats]:
+        s, b = s_cats.get(name) or {}, b_cats.get(name) or {}
+        s_share, b_share = _num(s.get("throughput_share")), _num(b.get("throughput_share"))
+        speedup = None
+        if s_share and b_share and spec_thr and base_thr:
+            speedup = (s_share * spec_thr) / (b_share * base_thr)
+        out.append({"category": name, "accept_length": _rnd(_num(s.get("accept_length"))),
+                    "throughput_share": _rnd(s_share), "baseline_throughput_share": _rnd(b_share),
+                    "speedup": _rnd(speedup), "requests": s.get("requests")})
+    return out
+
+
+def paying_longest(rows: list[dict]) -> dict | None:
+    """Per category, the highest level up to which its speedup stays above 1 at every measured
+    level (None: it never pays), and the categories that keep paying longest. Point estimates of
+    a mixed run (see category_rows): the level verdicts stay the authority."""
+    per: dict = {}
+    for row in sorted(rows, key=lambda r: r["concurrency"]):
+        for cat in row.get("categories") or []:
+            state = per.setdefault(cat["category"], {"last_paying": None, "broken": False})
+            if state["broken"] or cat["speedup"] is None:
+                continue
+            if cat["speedup"] > 1:
+                state["last_paying"] = row["concurrency"]
+            else:
+                state["broken"] = True
+    if not per:
+        return None
+    levels = {name: s["last_paying"] for name, s in per.items()}
+    best = max((v for v in levels.values() if v is not None), default=None)
+    leaders = [name for name, v in levels.items() if v is not None and v == best]
+    text = (f"speculation keeps paying longest on {', '.join(leaders)} (speedup above 1 up to C={best}, point "
+            "estimates per category)" if leaders else "speculation pays on no category at any level measured")
+    return {"pays_up_to": levels, "longest": leaders, "text": text}

@@ -1,0 +1,105 @@
+"""Why the crossover falls there (specbench_compare/breakdown.py): each level's speedup beside
+accept length and the step-time ratio, on synthetic closed-loop data whose terms are known, and
+the per-category table; the report's table, category section and plot."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from compare_synth import level, result
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+
+LEVELS = [1, 4, 16, 64, 256]
+OUT = 256  # output tokens per request
+
+
+def truth(c: int) -> tuple[float, float, float]:
+    """(baseline step ms, accept length, step-time ratio) at C: acceptance falls with C, a verify
+    step gets dearer relative to a plain one (the two reasons speculation stops paying)."""
+    return 10.0 * (1 + c / 50), 3.0 - 0.5 * math.log10(c), 1.3 + c / 40
+
+
+def synthetic(ttft_ms: float) -> dict:
+    """Closed loop: C streams, each request TTFT + OUT tokens at the mode's ITL, so throughput =
+    C x OUT / (TTFT + OUT x ITL). Spec ITL = ratio x baseline step / accept length."""
+    base, spec = [], []
+    for c in LEVELS:
+        step, accept, ratio = truth(c)
+        for itl, rows, acc in ((step, base, None), (ratio * step / accept, spec, accept)):
+            lv = level(c, c * OUT * 1000.0 / (ttft_ms + OUT * itl), accept=acc, tpot_ms=itl)
+            rows.append(lv)
+    return cmp.summarize_host({"baseline": result("baseline", base), "eagle3": result("eagle3", spec)}, "n", "r")
+
+
+def test_the_terms_recover_accept_length_and_step_ratio_and_multiply_to_the_speedup():
+    """Without TTFT the decode speedup is the throughput speedup: accept / ratio equals the measured
+    speedup to the summary's rounding (4 significant digits: 5e-4 relative)."""
+    summary = synthetic(ttft_ms=0.0)
+    for row in summary["levels"]:
+        unused, accept, ratio = truth(row["concurrency"])
+        assert row["accept_length"] == pytest.approx(accept, rel=5e-4)
+        assert row["step_time_ratio"] == pytest.approx(ratio, rel=5e-4)
+        assert row["speedup_from_terms"] == pytest.approx(accept / ratio, rel=1e-3)
+        assert row["speedup"] == pytest.approx(row["speedup_from_terms"], rel=1e-3)
+    # speculation stops paying between C=16 and 64 here, and the terms say why: both moved
+    verdicts = {r["concurrency"]: r["speedup"] > 1 for r in summary["levels"]}
+    assert verdicts == {1: True, 4: True, 16: True, 64: False, 256: False}
+    assert "step_time_ratio" in summary["method"]["speedup_terms"]
+
+
+def test_ttft_dilutes_the_measured_speedup_towards_one():
+    """With a TTFT the same in both modes the throughput speedup is
+    (T + n x ITL_b) / (T + n x ITL_s): between 1 and the decode speedup accept / ratio, exactly."""
+    summary = synthetic(ttft_ms=50.0)
+    for row in summary["levels"]:
+        lo, hi = sorted((1.0, row["speedup_from_terms"]))
+        assert lo - 1e-3 <= row["speedup"] <= hi + 1e-3
+        step, accept, ratio = truth(row["concurrency"])
+        exact = (50.0 + OUT * step) / (50.0 + OUT * ratio * step / accept)
+        assert row["speedup"] == pytest.approx(exact, rel=1e-3)
+
+
+def test_missing_accept_length_gives_no_terms():
+    base = result("baseline", [level(1, 100.0)])
+    spec = result("eagle3", [level(1, 150.0, accept=None)])
+    row = cmp.summarize_host({"baseline": base, "eagle3": spec}, "n", "r")["levels"][0]
+    assert row["step_time_ratio"] is None and row["speedup_from_terms"] is None
+
+
+def categorised(c: int, tok_s: float, shares: dict, accepts: dict | None) -> dict:
+    lv = level(c, tok_s, accept=2.0 if accepts else None)
+    lv["categories"] = [{"category": k, "requests": 10, "output_tokens": int(v * 1000), "throughput_share": v,
+                         "accept_length": (accepts or {}).get(k), "verify_steps": 100} for k, v in shares.items()]
+    return lv
+
+
+def test_per_category_speedup_and_who_pays_longest():
+    base = [categorised(c, 1000.0 * c, {"code": 0.5, "chat": 0.5}, None) for c in (1, 8, 64)]
+    # spec: code keeps a higher throughput share as C grows, chat loses it
+    spec = [categorised(1, 1600.0, {"code": 0.55, "chat": 0.45}, {"code": 3.1, "chat": 1.9}),
+            categorised(8, 9000.0, {"code": 0.6, "chat": 0.4}, {"code": 2.9, "chat": 1.6}),
+            categorised(64, 60000.0, {"code": 0.6, "chat": 0.4}, {"code": 2.7, "chat": 1.4})]
+    summary = cmp.summarize_host({"baseline": result("baseline", base), "eagle3": result("eagle3", spec)}, "n", "r")
+    cats = {c["category"]: c for c in summary["levels"][1]["categories"]}
+    assert cats["code"]["speedup"] == pytest.approx(9000 * 0.6 / (8000 * 0.5), rel=1e-3)
+    assert cats["chat"]["speedup"] == pytest.approx(9000 * 0.4 / (8000 * 0.5), rel=1e-3)
+    assert cats["code"]["accept_length"] == 2.9
+    paying = summary["categories_paying"]
+    assert paying["pays_up_to"] == {"code": 64, "chat": 1} and paying["longest"] == ["code"]
+    text = rep.render_markdown(summary)
+    assert "## Per category (eagle3, EMULATED)" in text  # synthetic results say engine: emulator
+    assert "| 8 | code | 2.90 | 0.600 | 1.350 |" in text
+    assert "keeps paying longest on code" in text
+
+
+def test_report_shows_the_terms_table_and_plot(tmp_path):
+    summary = synthetic(ttft_ms=50.0)
+    plots = rep.render_plots(summary, str(tmp_path))
+    assert plots["terms"] == "speedup-terms.png" and (tmp_path / "speedup-terms.png").read_bytes()[:4] == b"\x89PNG"
+    text = rep.render_markdown(summary, plots)
+    assert "## Why the crossover falls there (eagle3)" in text
+    assert "| C | speedup [95%] | accept length | step-time ratio | accept / ratio | verdict |" in text
+    assert "![Accept length and step-time ratio](speedup-terms.png)" in text
