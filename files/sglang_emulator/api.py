@@ -19,6 +19,7 @@ import uuid
 
 from sglang_emulator import REPORTED_VERSION, model
 from sglang_emulator.engine import VOCAB, QueueFull, Request
+from sglang_emulator.profiles import category_of
 
 LOG = logging.getLogger("sglang")
 AUTH_EXEMPT = ("/health", "/ready", "/metrics")
@@ -434,13 +435,14 @@ class Api:
                 "or the completion to fit within the limit."
             )
 
-    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full) -> None:
+    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full, text: str = "") -> None:
         self.generation_requests += 1
         crash_after = self.args.emulator_crash_after
         if crash_after is not None and self.generation_requests > crash_after:
             self.state.crash(f"emulated crash after {crash_after} requests")
         self.metrics.requests += 1
-        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink)
+        # The request's category, from its own text (profiles.category_of): what a real server sees.
+        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink, category_of(text))
         try:
             self.engine.submit(request)
         except QueueFull as exc:
@@ -465,8 +467,11 @@ class Api:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("messages must be a non-empty list.")
             prompt_tokens = self._chat_tokens(messages)
+            users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            text = users[0] if users and isinstance(users[0], str) else ""
         else:
             prompt = body.get("prompt")
+            text = prompt if isinstance(prompt, str) else ""
             if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
                 prompt_tokens = len(prompt)
             elif isinstance(prompt, str):
@@ -484,7 +489,7 @@ class Api:
         include_usage = bool(opts.get("include_usage") or self.args.stream_response_default_include_usage)
         sink = OpenAISink(resp, stream, body.get("model") or self.model_name, chat, include_usage, prompt_tokens)
         sink.continuous = bool(opts.get("continuous_usage_stats"))
-        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full, text)
 
     async def tokenize(self, req, resp):
         """POST /tokenize: {"model", "prompt"} or {"model", "messages"} -> {"tokens", "count",
@@ -533,4 +538,5 @@ class Api:
         max_new = params.get("max_new_tokens", 128)
         self._check_len(prompt_tokens, max_new)
         sink = NativeSink(resp, bool(body.get("stream", False)), self.engine.spec, prompt_tokens)
-        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full,
+                        body.get("text") if isinstance(body.get("text"), str) else "")

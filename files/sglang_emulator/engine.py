@@ -48,6 +48,7 @@ class Request:
         "kv_reserved",
         "last_emit",
         "max_new",
+        "q_eff",
         "rank",
         "rid",
         "sink",
@@ -73,6 +74,7 @@ class Request:
         self.aborted = False
         self.kv_reserved = 0
         self.rank = 0  # the DP rank (scheduler) that serves it
+        self.q_eff = None  # its per-draft acceptance (the engine's, or its category's)
 
 
 class Engine:
@@ -91,6 +93,9 @@ class Engine:
         self.metrics = metrics
         self.rng = random.Random(args.emulator_seed)
         self.q_eff = model.q_effective(self.spec.q, self.spec.eagle_topk) if self.spec else None
+        # Each category's own acceptance (profiles.CATEGORY_ACCEPT_Q), for requests whose text names one.
+        self.q_by_category = ({cat: model.q_effective(q, self.spec.eagle_topk) for cat, q in self.spec.category_q}
+                              if self.spec else {})
         # --speculative-adaptive: the step count follows the acceptance observed, row by row.
         self.adaptive = model.AdaptiveState(self.spec) if self.spec and self.spec.adaptive_table else None
         self.waiting: collections.deque[Request] = collections.deque()
@@ -118,7 +123,7 @@ class Engine:
         self.last_gen_throughput = 0.0
 
     # -- admission -------------------------------------------------------------------
-    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink) -> Request:
+    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink, category: str | None = None) -> Request:
         if max_new is None:
             max_new = max(1, self.context_length - input_len)
         stop_at = max_new
@@ -127,6 +132,7 @@ class Engine:
             stop_at = min(max_new, 1 + int(self.rng.expovariate(1 / 180)))
         req = Request(f"{next(self.ids):x}", input_len, max_new, stop_at, sink)
         req.rank = next(self.rank_ids) % self.ranks  # the DP controller's round robin
+        req.q_eff = self.q_by_category.get(category, self.q_eff)  # api.py reads the category from the prompt text
         return req
 
     def submit(self, req: Request) -> None:
@@ -226,7 +232,7 @@ class Engine:
                 if req.aborted:
                     continue
                 if steps:
-                    gained = model.draw_accept(self.rng, self.q_eff, steps)
+                    gained = model.draw_accept(self.rng, req.q_eff, steps)
                     req.verify_ct += 1
                     req.spec_accepted += gained
                     self.spec_tokens[req.rank] += gained
