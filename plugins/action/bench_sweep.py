@@ -180,8 +180,8 @@ class ActionModule(ActionBase):
                 f"(model {server.get('model')}, {settings['api']} API"
                 + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
 
-            def measure(concurrency):  # one level, measured by the module on the node
-                res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency]))
+            def measure(concurrency, run_settings):  # one level, measured by the module on the node
+                res = self._call(task_vars, self._module_args(run_settings, concurrency=[concurrency]))
                 levels = res.get("levels") or []
                 if levels:
                     return levels[0]

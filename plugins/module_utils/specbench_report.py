@@ -23,6 +23,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_report_br
     category_table,
     prompt_set_lines,
     render_terms_plot,
+    separate_lines,
     terms_table,
 )
 
@@ -247,6 +248,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.extend(_level_table(comp, base, spec_mode))
         lines.extend(terms_table(comp, spec_mode))
         lines.extend(category_table(comp, spec_mode, summary.get("servers") or {}))
+    lines.extend(separate_lines(summary))
     table = summary.get("adaptive_table")
     engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
     if table and "vllm" in engines:

@@ -108,3 +108,21 @@ def render_terms_plot(plt, summary: dict, finish_axes, levels: list) -> object |
     fig.suptitle(f"Speedup's two terms: {summary.get('host')}", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def separate_lines(summary: dict) -> list[str]:
+    """bench_categories: separate: the crossover of each category, and who pays longest."""
+    cross = summary.get("category_crossovers")
+    if not cross:
+        return []
+    emulated = " (EMULATED)" if emulated_banner(summary.get("servers") or {}) else ""
+    lines = [f"## Crossover per category{emulated}", ""]
+    if summary.get("headline_category"):
+        lines.append(f"Each category ran separately; the verdict and tables above are `{summary['headline_category']}`'s.")
+        lines.append("")
+    lines += ["| category | crossover | clearly pays up to C |", "|---|---|---:|"]
+    for name, row in cross["categories"].items():
+        upto = "" if row["pays_up_to"] is None else str(row["pays_up_to"])
+        lines.append(f"| {name} | {row.get('crossover_text') or ''} | {upto} |")
+    lines += ["", f"Which categories keep speculation paying longest: {cross['text']}.", ""]
+    return lines

@@ -142,6 +142,14 @@ options:
     type: str
     choices: [fixed, data]
     default: fixed
+  categories:
+    description:
+      - C(mixed) sends every category's prompts in each level (per-category figures from the
+        engine's per-request speculation figures); C(separate) runs each level once per category
+        with only its prompts (each level names its C(category); a crossover per category).
+    type: str
+    choices: [mixed, separate]
+    default: mixed
   request_timeout_s:
     description:
       - Per-request timeout in seconds; a stalled stream fails with kind C(timeout).
@@ -369,6 +377,7 @@ ARGUMENT_SPEC = {
     "prompts_format": {"type": "str", "choices": ["auto", "sharegpt", "chat", "prompt"],
                        "default": DEFAULTS["prompts_format"]},
     "lengths": {"type": "str", "choices": ["fixed", "data"], "default": DEFAULTS["lengths"]},
+    "categories": {"type": "str", "choices": ["mixed", "separate"], "default": DEFAULTS["categories"]},
     "request_timeout_s": {"type": "float", "default": DEFAULTS["request_timeout_s"]},
     "workers": {"type": "int", "default": DEFAULTS["workers"]},
     "drain": {"type": "bool", "default": DEFAULTS["drain"]},

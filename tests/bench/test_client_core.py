@@ -426,7 +426,8 @@ def test_one_sweep_loop_stops_after_a_failed_level(stop_on_error, measured, stat
     settings = sc.normalize_settings({"concurrency": [1, 2, 5], "stop_on_error": stop_on_error})
     seen = []
 
-    def measure(concurrency):
+    def measure(concurrency, run_settings):
+        assert run_settings is settings  # categories: mixed, one run of the levels
         return {"concurrency": concurrency, "error": "C=2: boom" if concurrency == 2 else None}
 
     levels = sc.sweep(settings, {}, on_level=lambda level: seen.append(level["concurrency"]), measure=measure)

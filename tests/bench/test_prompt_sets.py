@@ -157,3 +157,20 @@ def test_lengths_data_and_fixed():
     fixed = factory("chat", prompts=records)
     assert {fixed.output_len_of(k) for k in range(3)} == {64}
     assert ps.output_len_of({"reply_words": 30}, "data", 256) == 40  # ceil(30 x 4/3)
+
+
+def test_categories_separate_runs_every_level_once_per_category():
+    records = [{"messages": [{"role": "user", "content": t}], "category": c}
+               for t, c in (("a", "code"), ("b", "chat"), ("c", "code"))]
+    s = sc.normalize_settings({"prompts": records, "categories": "separate", "concurrency": [1, 4]})
+    seen = []
+
+    def measure(concurrency, run_settings):
+        seen.append((concurrency, [r["messages"][0]["content"] for r in run_settings["prompts"]]))
+        return {"concurrency": concurrency, "error": None}
+
+    levels = sc.sweep(s, {}, measure=measure)
+    assert seen == [(1, ["a", "c"]), (4, ["a", "c"]), (1, ["b"]), (4, ["b"])]
+    assert [lv["category"] for lv in levels] == ["code", "code", "chat", "chat"]
+    with pytest.raises(sc.SettingsError, match="categories is separate, but no prompts are given"):
+        sc.normalize_settings({"categories": "separate"}, label=str)

@@ -103,3 +103,24 @@ def test_report_shows_the_terms_table_and_plot(tmp_path):
     assert "## Why the crossover falls there (eagle3)" in text
     assert "| C | speedup [95%] | accept length | step-time ratio | accept / ratio | verdict |" in text
     assert "![Accept length and step-time ratio](speedup-terms.png)" in text
+
+
+def test_categories_run_separately_get_a_crossover_each():
+    """bench_categories: separate: every level once per category; each category is compared on
+    its own levels, and the one whose speedup stays clearly above 1 longest is named."""
+    gains = {"code": {1: 1.6, 8: 1.3, 64: 1.2}, "chat": {1: 1.3, 8: 0.8, 64: 0.7}}
+    base, spec = [], []
+    for cat, by_c in gains.items():
+        for c, gain in by_c.items():
+            base.append(dict(level(c, 1000.0 * c), category=cat))
+            spec.append(dict(level(c, 1000.0 * c * gain, accept=2.0), category=cat))
+    summary = cmp.summarize_host({"baseline": result("baseline", base, concurrency=[1, 8, 64]),
+                                  "eagle3": result("eagle3", spec, concurrency=[1, 8, 64])}, "n", "r")
+    cross = summary["category_crossovers"]
+    assert cross["categories"]["code"]["pays_up_to"] == 64 and cross["categories"]["chat"]["pays_up_to"] == 1
+    assert cross["longest"] == ["code"]
+    assert summary["headline_category"] == "code"  # every level ran per category
+    assert [r["concurrency"] for r in summary["levels"]] == [1, 8, 64]
+    text = rep.render_markdown(summary)
+    assert "## Crossover per category (EMULATED)" in text and "| code |" in text
+    assert "keeps paying longest on code" in text

@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths", default=d["lengths"], choices=("fixed", "data"),
                    help="output lengths: fixed (--output-len, ignore_eos) or data (each prompt's own, capped at "
                         "--output-len) (default %(default)s)")
+    p.add_argument("--categories", default=d["categories"], choices=("mixed", "separate"),
+                   help="mixed: every category in each level; separate: each level once per category "
+                        "(default %(default)s)")
     p.add_argument("--request-timeout-s", type=float, default=d["request_timeout_s"],
                    help="per-request timeout, s (default %(default)s)")
     p.add_argument("--workers", type=int, default=d["workers"],

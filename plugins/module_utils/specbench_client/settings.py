@@ -41,6 +41,7 @@ DEFAULTS = {
     "prompts": None,
     "prompts_format": "auto",
     "lengths": "fixed",
+    "categories": "mixed",
     "request_timeout_s": 600.0,
     "workers": 0,
     "drain": True,
@@ -220,6 +221,9 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
     out["lengths"] = _choice(s["lengths"], label("lengths"), prompt_sets.LENGTHS,
                              "fixed (output_len tokens, ignore_eos) or data (each prompt's own length, capped "
                              "at output_len)")
+    out["categories"] = _choice(s["categories"], label("categories"), ("mixed", "separate"),
+                                "mixed (every category in each level, figures per category from the engine's per-request "
+                                "speculation figures) or separate (each level run once per category)")
     try:
         if s.get("prompts"):
             out["prompts"] = prompt_sets.from_setting(s["prompts"], label("prompts"))
@@ -229,6 +233,9 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
             out["prompts"] = None
     except prompt_sets.PromptsError as exc:
         raise SettingsError(f"{label('prompts_file')}: {exc}") from None
+    if out["categories"] == "separate" and not out["prompts"] and not (path and not check_prompts_file):
+        raise SettingsError(f"{label('categories')} is separate, but no prompts are given: set "
+                            f"{label('prompts_file')} to a file whose entries name a category, or builtin")
     if out["lengths"] == "data" and not out["prompts"] and not (path and not check_prompts_file):
         raise SettingsError(f"{label('lengths')} is data, but no prompts are given: set {label('prompts_file')} "
                             "(a file, or builtin), or lengths fixed")

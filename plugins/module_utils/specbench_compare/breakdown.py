@@ -93,3 +93,46 @@ def paying_longest(rows: list[dict]) -> dict | None:
     text = (f"speculation keeps paying longest on {', '.join(leaders)} (speedup above 1 up to C={best}, point "
             "estimates per category)" if leaders else "speculation pays on no category at any level measured")
     return {"pays_up_to": levels, "longest": leaders, "text": text}
+
+
+def separate_categories(results: dict) -> list[str]:
+    """The categories run separately (``bench_categories: separate``: levels that name one), in order."""
+    names: list[str] = []
+    for result in results.values():
+        for level in (result or {}).get("levels") or []:
+            name = level.get("category") if isinstance(level, dict) else None
+            if name and name not in names:
+                names.append(name)
+    return names
+
+
+def only_category(result: dict | None, name: str) -> dict | None:
+    """A results file with only the levels of one separately-run category (their ``category``
+    cleared, so the comparison takes them as the run's own levels)."""
+    if not result:
+        return result
+    return dict(result, levels=[dict(lv, category=None) for lv in result.get("levels") or []
+                                if isinstance(lv, dict) and lv.get("category") == name])
+
+
+def category_crossovers(comparisons: dict) -> dict:
+    """From one comparison per separately-run category: its crossover, and the categories that keep
+    speculation paying longest (the highest level up to which every clear level pays; a category
+    whose speedup is unclear or loses from its first level pays nowhere)."""
+    out: dict = {}
+    for name, comp in comparisons.items():
+        last = None
+        for row in sorted(comp.get("levels") or [], key=lambda r: r["concurrency"]):
+            if row.get("verdict") == "pays":
+                last = row["concurrency"]
+            elif row.get("verdict") in ("loses", "unclear", "failed"):
+                break
+        out[name] = {"crossover_status": comp.get("crossover_status"),
+                     "crossover_concurrency": comp.get("crossover_concurrency"),
+                     "crossover_ci95": comp.get("crossover_ci95"), "crossover_text": comp.get("crossover_text"),
+                     "pays_up_to": last}
+    best = max((v["pays_up_to"] for v in out.values() if v["pays_up_to"] is not None), default=None)
+    leaders = [n for n, v in out.items() if v["pays_up_to"] is not None and v["pays_up_to"] == best]
+    text = (f"speculation keeps paying longest on {', '.join(leaders)} (clearly pays at every level up to C={best}, "
+            "each category run separately)" if leaders else "speculation clearly pays on no category at its first level")
+    return {"categories": out, "longest": leaders, "text": text}

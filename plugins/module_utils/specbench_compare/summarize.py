@@ -4,7 +4,15 @@
 
 from __future__ import annotations
 
-from .breakdown import TERMS_METHOD, category_rows, paying_longest, speedup_terms
+from .breakdown import (
+    TERMS_METHOD,
+    category_crossovers,
+    category_rows,
+    only_category,
+    paying_longest,
+    separate_categories,
+    speedup_terms,
+)
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
@@ -39,7 +47,8 @@ def _mode_level_row(level: dict) -> dict:
 def _levels_by_conc(result: dict | None) -> dict:
     out = {}
     for level in (result or {}).get("levels") or []:
-        if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+        # A level of a separately-run category (bench_categories: separate) is compared within it only.
+        if isinstance(level, dict) and isinstance(level.get("concurrency"), int) and not level.get("category"):
             out[level["concurrency"]] = level
     return out
 
@@ -215,6 +224,16 @@ def summarize_host(
                 incomplete.append(f"{mode}: C={level.get('concurrency')} failed: {why}")
             elif why:
                 incomplete.append(f"{mode}: C={level.get('concurrency')} failed (above)")
+    separate = separate_categories(results)
+    by_category = {}
+    if separate and spec_modes:  # bench_categories: separate: one comparison per category
+        by_category = {name: compare_pair(only_category(results.get(baseline), name),
+                                          only_category(results.get(spec_modes[0]), name), baseline, spec_modes[0])
+                       for name in separate}
+    headline = None
+    if separate and not any(_levels_by_conc(r) for r in results.values()):
+        headline = separate[0]  # every level ran per category: the first category's is the headline comparison
+        results = {m: only_category(r, headline) for m, r in results.items()}
     comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes})
     primary = comparisons[spec_modes[0]] if spec_modes else None
@@ -262,6 +281,8 @@ def summarize_host(
         summary["recommendation"] = "No recommendation: no speculative mode was compared (add one to compare_modes)."
         summary["levels"] = []
     summary["comparisons"] = comparisons
+    summary["headline_category"] = headline
+    summary["category_crossovers"] = category_crossovers(by_category) if by_category else None
     adaptive = [m for m in spec_modes if "adaptive" in m]
     fixed = [m for m in spec_modes if "adaptive" not in m]
     summary["tracking"] = None
