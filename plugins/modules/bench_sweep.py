@@ -125,7 +125,7 @@ options:
     description:
       - Prompts used instead of synthesized ones, in the seed's order (the action plugin reads them
         from a ShareGPT JSON, OpenAI chat JSONL or plain JSONL file on the controller, or the
-        built-in set): strings, or records C({"messages": [...], "category": ..., "output_len": ...}).
+        built-in set); strings, or records with C(messages), C(category) and C(output_len).
     type: list
     elements: raw
   prompts_format:
