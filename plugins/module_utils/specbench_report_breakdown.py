@@ -64,16 +64,18 @@ def category_table(comp: dict, spec_mode: str, servers: dict) -> list[str]:
         lines.append("Emulated: the emulator's per-category acceptance tables (it reads the category from the built-in "
                      "set's prompt text), not a measurement of a model.")
         lines.append("")
-    lines.append("Per request, by its prompt's category, over the requests finished in each window; the speedup is the "
-                 "category's share of each mode's throughput, held against each other (a point estimate; the level's "
-                 "own interval and verdict stay the authority).")
+    lines.append("Per request, by its prompt's category, over the requests finished in each window. In a mixed batch "
+                 "every request shares the step, so a category's decode speedup is its accept length / the level's "
+                 "step-time ratio; its interval adds the category's own sampling error to the level's.")
     lines.append("")
-    lines.append("| C | category | accept length | throughput share | speedup |")
-    lines.append("|---:|---|---:|---:|---:|")
+    lines.append("| C | category | accept length | throughput share | decode speedup [95%] | verdict |")
+    lines.append("|---:|---|---:|---:|---:|---|")
     for lv in rows:
         for cat in lv["categories"]:
+            ci = cat.get("speedup_ci95")
+            speed = _f(cat.get("speedup"), 3) + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
             lines.append(f"| {lv['concurrency']} | {cat['category']} | {_f(cat.get('accept_length'))} | "
-                         f"{_f(cat.get('throughput_share'), 3)} | {_f(cat.get('speedup'), 3)} |")
+                         f"{_f(cat.get('throughput_share'), 3)} | {speed} | {cat.get('verdict') or ''} |")
     lines.append("")
     paying = comp.get("categories_paying")
     if paying:

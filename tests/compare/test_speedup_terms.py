@@ -69,29 +69,42 @@ def test_missing_accept_length_gives_no_terms():
     assert row["step_time_ratio"] is None and row["speedup_from_terms"] is None
 
 
-def categorised(c: int, tok_s: float, shares: dict, accepts: dict | None) -> dict:
-    lv = level(c, tok_s, accept=2.0 if accepts else None)
-    lv["categories"] = [{"category": k, "requests": 10, "output_tokens": int(v * 1000), "throughput_share": v,
-                         "accept_length": (accepts or {}).get(k), "verify_steps": 100} for k, v in shares.items()]
+def categorised(c: int, tok_s: float, itl: float, accepts: dict | None, steps: int = 10000) -> dict:
+    lv = level(c, tok_s, accept=None, tpot_ms=itl)
+    if accepts:
+        lv["accept_length"] = sum(accepts.values()) / len(accepts)  # equal steps per category
+    lv["categories"] = [{"category": k, "requests": 10, "output_tokens": 1000, "throughput_share": 0.5,
+                         "accept_length": (accepts or {}).get(k), "verify_steps": steps if accepts else 0}
+                        for k in ("code", "chat")]
     return lv
 
 
-def test_per_category_speedup_and_who_pays_longest():
-    base = [categorised(c, 1000.0 * c, {"code": 0.5, "chat": 0.5}, None) for c in (1, 8, 64)]
-    # spec: code keeps a higher throughput share as C grows, chat loses it
-    spec = [categorised(1, 1600.0, {"code": 0.55, "chat": 0.45}, {"code": 3.1, "chat": 1.9}),
-            categorised(8, 9000.0, {"code": 0.6, "chat": 0.4}, {"code": 2.9, "chat": 1.6}),
-            categorised(64, 60000.0, {"code": 0.6, "chat": 0.4}, {"code": 2.7, "chat": 1.4})]
+def test_per_category_decode_speedup_and_who_pays_longest():
+    """A mixed batch shares its step: a category's decode speedup is its accept length / the
+    level's step-time ratio. Its interval: the level's log half-width and 1.96 / sqrt(steps) in
+    quadrature (10000 steps: 0.0196)."""
+    base, spec = [], []
+    for c, step, accepts, ratio in ((1, 10.0, {"code": 3.0, "chat": 2.0}, 1.5),
+                                    (8, 12.0, {"code": 2.8, "chat": 1.8}, 2.0),
+                                    (64, 20.0, {"code": 2.6, "chat": 1.6}, 2.4)):
+        base.append(categorised(c, 1000.0 * c / step, step, None))
+        mean = sum(accepts.values()) / 2
+        spec.append(categorised(c, 1000.0 * c * mean / (ratio * step), ratio * step / mean, accepts))
     summary = cmp.summarize_host({"baseline": result("baseline", base), "eagle3": result("eagle3", spec)}, "n", "r")
-    cats = {c["category"]: c for c in summary["levels"][1]["categories"]}
-    assert cats["code"]["speedup"] == pytest.approx(9000 * 0.6 / (8000 * 0.5), rel=1e-3)
-    assert cats["chat"]["speedup"] == pytest.approx(9000 * 0.4 / (8000 * 0.5), rel=1e-3)
-    assert cats["code"]["accept_length"] == 2.9
+    row = summary["levels"][1]
+    assert row["step_time_ratio"] == pytest.approx(2.0, rel=1e-3)
+    cats = {c["category"]: c for c in row["categories"]}
+    assert cats["code"]["speedup"] == pytest.approx(2.8 / 2.0, rel=1e-3)
+    assert cats["chat"]["speedup"] == pytest.approx(1.8 / 2.0, rel=1e-3)
+    w_level = math.log(1.02 / 0.98) / 2  # synthetic levels: +-2 % each; ratio_ci adds the two in quadrature
+    w = math.hypot(math.hypot(w_level, w_level), 1.96 / 100)
+    assert cats["code"]["speedup_ci95"][1] == pytest.approx(1.4 * math.exp(w), rel=1e-3)
+    assert cats["code"]["verdict"] == "pays" and cats["chat"]["verdict"] == "loses"
     paying = summary["categories_paying"]
     assert paying["pays_up_to"] == {"code": 64, "chat": 1} and paying["longest"] == ["code"]
     text = rep.render_markdown(summary)
     assert "## Per category (eagle3, EMULATED)" in text  # synthetic results say engine: emulator
-    assert "| 8 | code | 2.90 | 0.600 | 1.350 |" in text
+    assert "| 8 | code | 2.80 | 0.500 | 1.400 [" in text
     assert "keeps paying longest on code" in text
 
 

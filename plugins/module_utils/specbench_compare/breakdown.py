@@ -25,7 +25,11 @@ emulator) is the results' own.
 
 from __future__ import annotations
 
+import math
+
 from .common import _num, _rnd
+from .intervals import log_half_width
+from .verdict import level_verdict
 
 TERMS_METHOD = ("step_time_ratio = (spec itl_ms.mean x accept_length) / baseline itl_ms.mean at the same level; "
                 "speedup_from_terms = accept_length / step_time_ratio (decode only: TTFT and prefill left out)")
@@ -52,36 +56,48 @@ def _categories(level: dict | None) -> dict:
     return {r["category"]: r for r in rows if isinstance(r, dict) and r.get("category")} if isinstance(rows, list) else {}
 
 
-def category_rows(base_level: dict | None, spec_level: dict | None, base_thr, spec_thr) -> list[dict]:
-    """Per category at one level: the speculative mode's accept length and throughput share, and
-    the speedup of the category's own throughput (its share of each mode's output_tok_per_s):
-    (spec share x spec tok/s) / (baseline share x baseline tok/s). A point estimate: it carries
-    the level's uncertainty and the shares' (the requests that happened to finish in the window)."""
+def category_rows(base_level: dict | None, spec_level: dict | None, row: dict) -> list[dict]:
+    """Per category at one level of a mixed run: the speculative mode's accept length, each mode's
+    throughput share, and the category's decode speedup, accept length / the level's step-time
+    ratio. In a mixed batch every request shares the step, so a category differs only by its
+    acceptance; its share of the level's tokens barely moves with it and is not its speedup.
+
+    95% interval (on the log scale): the level's own (its speedup interval's half-width) and the
+    category's accept length's, 1.96 / sqrt(verify steps): tokens per verify step are a
+    (truncated) geometric count whose standard deviation is below its mean. A verdict per
+    category (pays / loses / unclear) from that interval, as for a level."""
     b_cats, s_cats = _categories(base_level), _categories(spec_level)
+    ratio, level_ci = row.get("step_time_ratio"), row.get("speedup_ci95")
+    level_w = log_half_width(row["speedup"], level_ci) if row.get("speedup") and level_ci else None
     out = []
     for name in list(s_cats) + [n for n in b_cats if n not in s_cats]:
         s, b = s_cats.get(name) or {}, b_cats.get(name) or {}
-        s_share, b_share = _num(s.get("throughput_share")), _num(b.get("throughput_share"))
-        speedup = None
-        if s_share and b_share and spec_thr and base_thr:
-            speedup = (s_share * spec_thr) / (b_share * base_thr)
-        out.append({"category": name, "accept_length": _rnd(_num(s.get("accept_length"))),
-                    "throughput_share": _rnd(s_share), "baseline_throughput_share": _rnd(b_share),
-                    "speedup": _rnd(speedup), "requests": s.get("requests")})
+        accept, steps = _num(s.get("accept_length")), s.get("verify_steps") or 0
+        speedup = ci = None
+        if accept and ratio:
+            speedup = accept / ratio
+            if level_w is not None and steps > 0:
+                w = math.hypot(level_w, 1.96 / math.sqrt(steps))
+                ci = [speedup * math.exp(-w), speedup * math.exp(w)]
+        out.append({"category": name, "accept_length": _rnd(accept), "verify_steps": steps or None,
+                    "throughput_share": _rnd(_num(s.get("throughput_share"))),
+                    "baseline_throughput_share": _rnd(_num(b.get("throughput_share"))),
+                    "speedup": _rnd(speedup), "speedup_ci95": [_rnd(ci[0]), _rnd(ci[1])] if ci else None,
+                    "verdict": level_verdict(speedup, ci) if speedup is not None else None,
+                    "requests": s.get("requests")})
     return out
 
 
 def paying_longest(rows: list[dict]) -> dict | None:
-    """Per category, the highest level up to which its speedup stays above 1 at every measured
-    level (None: it never pays), and the categories that keep paying longest. Point estimates of
-    a mixed run (see category_rows): the level verdicts stay the authority."""
+    """Per category, the highest level up to which its verdict is "pays" at every measured level
+    from the first (None: it does not pay at the first), and the categories that keep paying longest."""
     per: dict = {}
     for row in sorted(rows, key=lambda r: r["concurrency"]):
         for cat in row.get("categories") or []:
             state = per.setdefault(cat["category"], {"last_paying": None, "broken": False})
-            if state["broken"] or cat["speedup"] is None:
+            if state["broken"]:
                 continue
-            if cat["speedup"] > 1:
+            if cat.get("verdict") == "pays":
                 state["last_paying"] = row["concurrency"]
             else:
                 state["broken"] = True
@@ -90,8 +106,9 @@ def paying_longest(rows: list[dict]) -> dict | None:
     levels = {name: s["last_paying"] for name, s in per.items()}
     best = max((v for v in levels.values() if v is not None), default=None)
     leaders = [name for name, v in levels.items() if v is not None and v == best]
-    text = (f"speculation keeps paying longest on {', '.join(leaders)} (speedup above 1 up to C={best}, point "
-            "estimates per category)" if leaders else "speculation pays on no category at any level measured")
+    text = (f"speculation keeps paying longest on {', '.join(leaders)} (clearly pays at every level up to C={best}, "
+            "decode speedup per category from its accept length and the level's step-time ratio)" if leaders
+            else "speculation clearly pays on no category at the first level measured")
     return {"pays_up_to": levels, "longest": leaders, "text": text}
 
 

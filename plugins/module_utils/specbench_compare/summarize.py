@@ -84,7 +84,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["verdict"] = (SATURATED if saturated else FAILED if failed
                           else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
         row.update(speedup_terms(bl, sl))
-        cats = category_rows(bl, sl, bf and bf["throughput"], sf and sf["throughput"])
+        cats = category_rows(bl, sl, row)
         if cats:
             row["categories"] = cats
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
