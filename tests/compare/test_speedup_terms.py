@@ -137,3 +137,13 @@ def test_categories_run_separately_get_a_crossover_each():
     text = rep.render_markdown(summary)
     assert "## Crossover per category (EMULATED)" in text and "| code |" in text
     assert "keeps paying longest on code" in text
+
+
+def test_a_saturated_level_is_no_evidence_for_its_categories():
+    base = [categorised(1, 100.0, 10.0, None), categorised(8, 800.0, 10.0, None)]
+    spec = [categorised(1, 150.0, 4.0, {"code": 3.0, "chat": 2.0}),
+            categorised(8, 1200.0, 4.0, {"code": 3.0, "chat": 2.0})]
+    spec[1]["saturated"] = ["engine: delivered 40% of its own model's rate"]
+    summary = cmp.summarize_host({"baseline": result("baseline", base), "eagle3": result("eagle3", spec)}, "n", "r")
+    assert {c["verdict"] for c in summary["levels"][1]["categories"]} == {"saturated"}
+    assert summary["categories_paying"]["pays_up_to"] == {"code": 1, "chat": 1}

@@ -65,9 +65,11 @@ def category_rows(base_level: dict | None, spec_level: dict | None, row: dict) -
     95% interval (on the log scale): the level's own (its speedup interval's half-width) and the
     category's accept length's, 1.96 / sqrt(verify steps): tokens per verify step are a
     (truncated) geometric count whose standard deviation is below its mean. A verdict per
-    category (pays / loses / unclear) from that interval, as for a level."""
+    category (pays / loses / unclear) from that interval, as for a level; at a saturated or failed
+    level, that level's verdict."""
     b_cats, s_cats = _categories(base_level), _categories(spec_level)
     ratio, level_ci = row.get("step_time_ratio"), row.get("speedup_ci95")
+    no_evidence = row.get("verdict") if row.get("saturated") or row.get("failed") else None
     level_w = log_half_width(row["speedup"], level_ci) if row.get("speedup") and level_ci else None
     out = []
     for name in list(s_cats) + [n for n in b_cats if n not in s_cats]:
@@ -83,16 +85,20 @@ def category_rows(base_level: dict | None, spec_level: dict | None, row: dict) -
                     "throughput_share": _rnd(_num(s.get("throughput_share"))),
                     "baseline_throughput_share": _rnd(_num(b.get("throughput_share"))),
                     "speedup": _rnd(speedup), "speedup_ci95": [_rnd(ci[0]), _rnd(ci[1])] if ci else None,
-                    "verdict": level_verdict(speedup, ci) if speedup is not None else None,
+                    # a saturated or failed level is no evidence for its categories either
+                    "verdict": no_evidence or (level_verdict(speedup, ci) if speedup is not None else None),
                     "requests": s.get("requests")})
     return out
 
 
 def paying_longest(rows: list[dict]) -> dict | None:
     """Per category, the highest level up to which its verdict is "pays" at every measured level
-    from the first (None: it does not pay at the first), and the categories that keep paying longest."""
+    from the first (None: it does not pay at the first; saturated levels left out, a failed one
+    ends the run), and the categories that keep paying longest."""
     per: dict = {}
     for row in sorted(rows, key=lambda r: r["concurrency"]):
+        if row.get("saturated"):
+            continue  # no evidence either way (left out, as from the level verdicts)
         for cat in row.get("categories") or []:
             state = per.setdefault(cat["category"], {"last_paying": None, "broken": False})
             if state["broken"]:
