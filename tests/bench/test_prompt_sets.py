@@ -174,3 +174,18 @@ def test_categories_separate_runs_every_level_once_per_category():
     assert [lv["category"] for lv in levels] == ["code", "code", "chat", "chat"]
     with pytest.raises(sc.SettingsError, match="categories is separate, but no prompts are given"):
         sc.normalize_settings({"categories": "separate"}, label=str)
+
+
+def test_every_stretch_of_the_order_holds_the_categories_in_proportion():
+    """Categories spread evenly: any k consecutive requests of the built-in set (6 categories of
+    12) hold each category k / 6 times give or take one (so counts differ by at most 2)."""
+    seq = [r["category"] for r in ps.order(ps.load("builtin")[0], 42)]
+    for size in (6, 12, 30):
+        for start in range(0, len(seq) - size + 1):
+            window = seq[start:start + size]
+            counts = [window.count(name) for name in set(seq)]
+            assert max(counts) - min(counts) <= 2 and min(counts) >= size // 6 - 1, (size, start, counts)
+    skewed = [{"messages": [{"role": "user", "content": str(i)}], "category": "a" if i < 30 else "b"}
+              for i in range(40)]
+    first = [r["category"] for r in ps.order(skewed, 1)[:8]]
+    assert first.count("b") == 2  # 10 of 40: a quarter of any stretch

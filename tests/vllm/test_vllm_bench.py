@@ -109,14 +109,20 @@ def test_per_category_accept_length_on_the_real_engine(vllm_pool):
     A random model copies nothing from its prompt, so it is the continuation's own repetition that
     the n-gram proposer finds. Each level's per-category figure is vLLM's own per request
     (metrics.speculative_decoding: 1 + accepted / steps), summed over the requests that finished
-    in the window: the repetitive category's is higher at every level, and the two categories
-    carry the level's tokens between them."""
+    in the window: the repetitive category's is higher at every level whose window holds both (the
+    categories alternate in the prompt order, so C=16's does; at C=1 on a loaded CPU a window may
+    hold a single request), and the two categories carry the level's tokens between them."""
     doc = measured(vllm_pool, "bench", "ngram")[1]
     assert doc["settings"]["prompt_set"]["categories"] == {"repetitive": 12, "varied": 12}
+    both = 0
     for level in doc["levels"]:
         cats = {c["category"]: c for c in level["categories"]}
         assert set(cats) == {"repetitive", "varied"}, level["categories"]
-        assert all(c["verify_steps"] > 0 and c["requests"] > 0 for c in cats.values()), cats
-        assert cats["repetitive"]["accept_length"] > cats["varied"]["accept_length"], (level["concurrency"], cats)
         assert abs(sum(c["throughput_share"] for c in cats.values()) - 1) < 1e-3  # shares rounded to 4 digits
         assert "metrics.speculative_decoding per request" in level["categories_source"]
+        measured_here = [c for c in cats.values() if c["verify_steps"] > 0]
+        assert all(c["accept_length"] is not None for c in measured_here), cats
+        if len(measured_here) == 2:  # a window holds a few requests at C=1 on a slow CPU: maybe one category
+            both += 1
+            assert cats["repetitive"]["accept_length"] > cats["varied"]["accept_length"], (level["concurrency"], cats)
+    assert both >= 1, doc["levels"]  # the prompts alternate (prompts.order): C=16's window holds both

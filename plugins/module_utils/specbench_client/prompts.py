@@ -192,10 +192,23 @@ def from_setting(items, label: str = "prompts") -> list[dict]:
 
 
 def order(records: list[dict], seed: int) -> list[dict]:
-    """The records in the seed's order: the same for every mode and launch."""
-    out = list(records)
-    random.Random(f"prompts:{seed}").shuffle(out)
-    return out
+    """The records in the seed's order, the same for every mode and launch, with every category
+    spread evenly over it: each category shuffled on its own, its j-th of n records placed at
+    (j + u) / n, u a seeded offset per category in [0, 1). Any stretch of requests (a short
+    window, a level's first requests) then holds the categories in their proportions, give or
+    take one request each, instead of whatever a plain shuffle put first."""
+    rng = random.Random(f"prompts:{seed}")
+    groups: dict = {}
+    for r in records:
+        groups.setdefault(r.get("category") or "", []).append(r)
+    keyed = []
+    for name in sorted(groups):
+        items = groups[name]
+        rng.shuffle(items)
+        offset = rng.random()
+        keyed.extend(((j + offset) / len(items), name, j, r) for j, r in enumerate(items))
+    keyed.sort(key=lambda item: item[:3])
+    return [item[3] for item in keyed]
 
 
 def flatten(messages: list[dict]) -> str:
