@@ -15,6 +15,7 @@ import time
 from array import array
 
 from . import engines
+from .categories import category_figures, category_source
 from .keepup import saturation
 from .labels import level_at_node_speed
 from .request import VOCAB, synth_prompt_tokens
@@ -301,42 +302,6 @@ def finished_in_window(raws: list[dict]) -> tuple[int, float, float]:
     return count, tokens, verify
 
 
-def category_figures(raws: list[dict], level: dict) -> list[dict] | None:
-    """Per category of the given prompts, over the requests that finished inside the window:
-    requests, output tokens, their share of the level's tokens (its throughput is that share of
-    the level's output_tok_per_s), and the accept length where the engine reported each request's verify steps
-    (SGLang /generate: sum(completion_tokens) / sum(spec_verify_ct); vLLM with
-    --per-request-spec-decode-metrics: 1 + sum(accepted) / sum(steps), the same tokens per
-    verify step). None without categorised prompts."""
-    names = next((r.get("categories") for r in raws if r.get("categories")), None)
-    if not names:
-        return None
-    tally = {i: [0, 0.0, 0.0, 0.0] for i in range(len(names))}  # requests, tokens, spec tokens, verify steps
-    for raw in raws:
-        ws, we = raw.get("ws"), raw.get("window_end")
-        if ws is None or we is None:
-            continue
-        for end, n, v, cat, st in zip(raw["ends"], raw["end_tokens"], raw["end_verify"],  # noqa: B905
-                                      raw["end_category"], raw["end_spec_tokens"]):
-            if ws <= end < we and cat >= 0:
-                row = tally[cat]
-                row[0] += 1
-                row[1] += n
-                row[2] += st
-                row[3] += v
-    total = sum(row[1] for row in tally.values())
-    del level  # a category's rate is its share of the level's (at node speed on the emulator): compared later
-    out = []
-    for i, name in enumerate(names):
-        count, tokens, spec_tokens, verify = tally[i]
-        share = tokens / total if total else None
-        out.append({"category": name, "requests": count, "output_tokens": int(tokens),
-                    "throughput_share": round(share, 4) if share is not None else None,
-                    "accept_length": round(spec_tokens / verify, 4) if verify else None,
-                    "verify_steps": int(verify)})
-    return out
-
-
 def accept_length_of(raws: list[dict], level: dict, settings: dict, engine, spec: bool, accept_server: list,
                      flushed_all: bool) -> dict:
     """The level's accept length and where it came from, the source that covers the window most
@@ -458,12 +423,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     per_category = category_figures(raws, level)
     if per_category is not None:
         level["categories"] = per_category
-        level["categories_source"] = (
-            "requests finished in the window, by their prompt's category; accept length per category from "
-            + ("/generate meta_info.spec_verify_ct per request" if settings["api"] == "native" else
-               "metrics.speculative_decoding per request (vLLM --per-request-spec-decode-metrics)")
-            + (" (none reported: launch with per-request speculation figures, or bench_categories: separate)"
-               if spec and not any(c["accept_length"] for c in per_category) else ""))
+        level["categories_source"] = category_source(settings, engine, spec, per_category)
     if spec and settings["flush_cache"] and engine.FLUSH_PATH:
         level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
     if spec and level["accept_length"] is None and level["requests_ok"]:
