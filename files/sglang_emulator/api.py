@@ -19,6 +19,7 @@ import uuid
 
 from sglang_emulator import REPORTED_VERSION, model
 from sglang_emulator.engine import VOCAB, QueueFull, Request
+from sglang_emulator.profiles import category_of
 
 LOG = logging.getLogger("sglang")
 AUTH_EXEMPT = ("/health", "/ready", "/metrics")
@@ -439,13 +440,14 @@ class Api:
                 "or the completion to fit within the limit."
             )
 
-    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full, prompt=None) -> None:
+    async def _run(self, resp, sink, prompt_tokens, max_new, ignore_eos, full, prompt=None, text: str = "") -> None:
         self.generation_requests += 1
         crash_after = self.args.emulator_crash_after
         if crash_after is not None and self.generation_requests > crash_after:
             self.state.crash(f"emulated crash after {crash_after} requests")
         self.metrics.requests += 1
-        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink, prompt)
+        # The request's category, from its own text (profiles.category_of): what a real server sees.
+        request = self.engine.new_request(prompt_tokens, max_new, ignore_eos, sink, prompt, category_of(text))
         try:
             self.engine.submit(request)
         except QueueFull as exc:
@@ -470,8 +472,11 @@ class Api:
             if not isinstance(messages, list) or not messages:
                 raise BadRequest("messages must be a non-empty list.")
             prompt_tokens = self._chat_tokens(messages)
+            users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            text = users[0] if users and isinstance(users[0], str) else ""
         else:
             prompt = body.get("prompt")
+            text = prompt if isinstance(prompt, str) else ""
             if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
                 prompt_tokens = len(prompt)
             elif isinstance(prompt, str):
@@ -491,7 +496,8 @@ class Api:
         sink.continuous = bool(opts.get("continuous_usage_stats"))
         sink.return_token_ids = bool(body.get("return_token_ids"))
         prompt = json.dumps(body.get("messages") if chat else body.get("prompt"), sort_keys=True)
-        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full, prompt)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full, prompt,
+                        text)
 
     async def tokenize(self, req, resp):
         """POST /tokenize: {"model", "prompt"} or {"model", "messages"} -> {"tokens", "count",
@@ -541,4 +547,5 @@ class Api:
         self._check_len(prompt_tokens, max_new)
         sink = NativeSink(resp, bool(body.get("stream", False)), self.engine.spec, prompt_tokens)
         prompt = json.dumps(body.get("input_ids") if isinstance(body.get("input_ids"), list) else body.get("text"))
-        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full, prompt)
+        await self._run(resp, sink, prompt_tokens, max_new, bool(params.get("ignore_eos", False)), sink.full, prompt,
+                        body.get("text") if isinstance(body.get("text"), str) else "")

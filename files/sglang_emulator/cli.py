@@ -16,7 +16,7 @@ import signal
 import sys
 
 from sglang_emulator.model import Costs, SpecConfig
-from sglang_emulator.profiles import DEFAULT_ADAPTIVE_TABLE, DEFAULT_PROFILE, PROFILES
+from sglang_emulator.profiles import CATEGORY_ACCEPT_Q, DEFAULT_ADAPTIVE_TABLE, DEFAULT_PROFILE, PROFILES
 
 SPEC_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 FAULTS = ("ignore-sigterm", "worker-leaves-group", "fail-start")
@@ -182,7 +182,10 @@ def resolve(args: argparse.Namespace) -> dict:
         if table is not None and all(steps not in row for _dummy, row in table):
             raise StartupError(f"--speculative-num-steps {steps} is not a candidate step of --speculative-adaptive-config")
         constants = prof["spec"][algo]
-        spec = SpecConfig(algo, steps, topk, draft, constants["accept_q"], constants["e0"], constants["e1"], table)
+        by_category = tuple((cat, row[algo]) for cat, row in CATEGORY_ACCEPT_Q.get(args.emulator_profile, {}).items()
+                            if algo in row)
+        spec = SpecConfig(algo, steps, topk, draft, constants["accept_q"], constants["e0"], constants["e1"], table,
+                          by_category)
         # /server_info reports resolved values, as SGLang's does.
         args.speculative_algorithm = algo
         args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft

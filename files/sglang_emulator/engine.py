@@ -49,6 +49,7 @@ class Request:
         "kv_reserved",
         "last_emit",
         "max_new",
+        "q_eff",
         "rank",
         "rid",
         "sink",
@@ -77,6 +78,7 @@ class Request:
         self.rank = 0  # the DP rank (scheduler) that serves it
         self.tokens = None  # the output's own token stream (Engine.new_request)
         self.diverge_at = None  # position from which an injected mismatch changes the output
+        self.q_eff = None  # its per-draft acceptance (the engine's, or its category's)
 
 
 class Engine:
@@ -97,6 +99,9 @@ class Engine:
         self.seed = args.emulator_seed
         self.mismatch = getattr(args, "emulator_output_mismatch", 0.0) or 0.0
         self.q_eff = model.q_effective(self.spec.q, self.spec.eagle_topk) if self.spec else None
+        # Each category's own acceptance (profiles.CATEGORY_ACCEPT_Q), for requests whose text names one.
+        self.q_by_category = ({cat: model.q_effective(q, self.spec.eagle_topk) for cat, q in self.spec.category_q}
+                              if self.spec else {})
         # --speculative-adaptive: the step count follows the acceptance observed, row by row.
         self.adaptive = model.AdaptiveState(self.spec) if self.spec and self.spec.adaptive_table else None
         self.waiting: collections.deque[Request] = collections.deque()
@@ -124,11 +129,13 @@ class Engine:
         self.last_gen_throughput = 0.0
 
     # -- admission -------------------------------------------------------------------
-    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink, prompt=None) -> Request:
+    def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink, prompt=None,
+                    category: str | None = None) -> Request:
         """A request; ``prompt`` (its text, messages or ids as sent) fixes its output: the same
         prompt gives the same tokens in every mode, as greedy decoding and greedy verification do
         (SGLang's EAGLE verify commits the target's argmax when all requests are greedy:
-        srt/speculative/eagle_utils.py, _verify_uses_greedy)."""
+        srt/speculative/eagle_utils.py, _verify_uses_greedy). ``category`` (read from the prompt
+        text by api.py) picks its per-draft acceptance."""
         if max_new is None:
             max_new = max(1, self.context_length - input_len)
         stop_at = max_new
@@ -143,6 +150,7 @@ class Engine:
             pick = random.Random(f"{key}:mismatch")
             if pick.random() < self.mismatch:
                 req.diverge_at = pick.randrange(max(1, stop_at))
+        req.q_eff = self.q_by_category.get(category, self.q_eff)  # api.py reads the category from the prompt text
         return req
 
     def submit(self, req: Request) -> None:
@@ -242,7 +250,7 @@ class Engine:
                 if req.aborted:
                     continue
                 if steps:
-                    gained = model.draw_accept(self.rng, self.q_eff, steps)
+                    gained = model.draw_accept(self.rng, req.q_eff, steps)
                     req.verify_ct += 1
                     req.spec_accepted += gained
                     self.spec_tokens[req.rank] += gained

@@ -52,6 +52,7 @@ class SpecConfig:
     e0: float  # draft cost per draft step, seconds
     e1: float  # draft cost per request per branch per draft step, seconds
     adaptive_table: tuple[tuple[int, tuple[int, ...]], ...] | None = None
+    category_q: tuple[tuple[str, float], ...] = ()  # per category of request (profiles.CATEGORY_ACCEPT_Q)
 
 
 def expert_union(n_tokens: int, experts: int, per_token: int) -> float:

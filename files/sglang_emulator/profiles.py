@@ -94,6 +94,65 @@ PROFILES: dict[str, dict] = {
     },
 }
 
+# Per-category acceptance: each profile's per-draft-token acceptance by category of request,
+# algorithm by algorithm (the profile's ``spec`` accept_q is the uncategorised figure). The order
+# follows the published pattern (EAGLE-3 paper and SGLang's docs: code and maths accept far more
+# than open chat and translation; n-gram lives on text it can copy, so retrieval and summarisation
+# from a long input do well). Illustrative values, not measurements.
+CATEGORY_ACCEPT_Q: dict[str, dict[str, dict[str, float]]] = {
+    "kimi-k2.5-8x-rtx-pro-6000": {
+        "code": {"EAGLE3": 0.74, "EAGLE": 0.66, "STANDALONE": 0.68, "NGRAM": 0.38},
+        "maths": {"EAGLE3": 0.70, "EAGLE": 0.62, "STANDALONE": 0.64, "NGRAM": 0.30},
+        "summarisation": {"EAGLE3": 0.58, "EAGLE": 0.50, "STANDALONE": 0.54, "NGRAM": 0.45},
+        "translation": {"EAGLE3": 0.45, "EAGLE": 0.38, "STANDALONE": 0.42, "NGRAM": 0.12},
+        "open_chat": {"EAGLE3": 0.50, "EAGLE": 0.42, "STANDALONE": 0.46, "NGRAM": 0.15},
+        "retrieval": {"EAGLE3": 0.60, "EAGLE": 0.52, "STANDALONE": 0.56, "NGRAM": 0.55},
+    },
+    "llama-3.1-8b-1x-h100": {
+        "code": {"EAGLE3": 0.45, "EAGLE": 0.35, "STANDALONE": 0.40, "NGRAM": 0.22},
+        "maths": {"EAGLE3": 0.42, "EAGLE": 0.32, "STANDALONE": 0.37, "NGRAM": 0.16},
+        "summarisation": {"EAGLE3": 0.30, "EAGLE": 0.22, "STANDALONE": 0.27, "NGRAM": 0.25},
+        "translation": {"EAGLE3": 0.22, "EAGLE": 0.16, "STANDALONE": 0.19, "NGRAM": 0.06},
+        "open_chat": {"EAGLE3": 0.26, "EAGLE": 0.19, "STANDALONE": 0.23, "NGRAM": 0.08},
+        "retrieval": {"EAGLE3": 0.32, "EAGLE": 0.24, "STANDALONE": 0.28, "NGRAM": 0.32},
+    },
+    "kimi-k2.5-moe": {
+        "code": {"EAGLE3": 0.82, "EAGLE": 0.74, "STANDALONE": 0.72, "NGRAM": 0.38},
+        "maths": {"EAGLE3": 0.78, "EAGLE": 0.70, "STANDALONE": 0.68, "NGRAM": 0.30},
+        "summarisation": {"EAGLE3": 0.68, "EAGLE": 0.60, "STANDALONE": 0.58, "NGRAM": 0.45},
+        "translation": {"EAGLE3": 0.55, "EAGLE": 0.48, "STANDALONE": 0.47, "NGRAM": 0.12},
+        "open_chat": {"EAGLE3": 0.60, "EAGLE": 0.52, "STANDALONE": 0.50, "NGRAM": 0.15},
+        "retrieval": {"EAGLE3": 0.70, "EAGLE": 0.62, "STANDALONE": 0.60, "NGRAM": 0.55},
+    },
+}
+
+# How the emulator learns a request's category: from its own text, as a real server would have to.
+# The built-in prompt set (plugins/module_utils/specbench_client/prompts_builtin.py, OPENINGS)
+# opens every prompt of a category with the same words; a request whose prompt (the first user
+# turn on chat, the text on completions and /generate, a flattened "User: " turn too) opens with
+# one of these takes that category's acceptance, any other the profile's own. No header, no field:
+# nothing a real SGLang would not see. tests/emulator/test_categories.py keeps the two in step.
+CATEGORY_OPENINGS = {
+    "code": "Write a Python function",
+    "maths": "Solve step by step:",
+    "summarisation": "Summarise the following text",
+    "translation": "Translate into French:",
+    "open_chat": "Let's chat:",
+    "retrieval": "Read the documents below and answer",
+}
+
+
+def category_of(text: str) -> str | None:
+    """The category a prompt's text opens with (CATEGORY_OPENINGS), or None."""
+    head = text.lstrip()
+    if head.startswith("User: "):
+        head = head[6:]
+    for name, opening in CATEGORY_OPENINGS.items():
+        if head.startswith(opening):
+            return name
+    return None
+
+
 DEFAULT_PROFILE = "kimi-k2.5-8x-rtx-pro-6000"
 
 # SGLang's default --speculative-adaptive table: from batch size N, candidate step counts

@@ -102,7 +102,8 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname", "localhost")
         try:
             if raw.get("prompts_file"):
-                raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"))
+                raw["prompts"] = load_prompts(raw["prompts_file"], role_label("prompts_file"),
+                                              str(raw.get("prompts_format") or "auto").strip().lower())
             settings = normalize_settings(raw, label=role_label, check_prompts_file=False)
             mode = check_mode_name(args.get("mode"))
             match = check_output_match(args.get("output_match_prompts", 0), args.get("output_match_tokens", 32))
@@ -211,8 +212,8 @@ class ActionModule(ActionBase):
                 doc["output_match"] = self._output_match(probe, match, host, mode)
                 save()
 
-            def measure(concurrency):  # one level, measured by the module on the node
-                res = self._call(task_vars, self._module_args(settings, concurrency=[concurrency]))
+            def measure(concurrency, run_settings):  # one level, measured by the module on the node
+                res = self._call(task_vars, self._module_args(run_settings, concurrency=[concurrency]))
                 levels = res.get("levels") or []
                 if levels:
                     return levels[0]

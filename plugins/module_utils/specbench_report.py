@@ -18,6 +18,14 @@ import tempfile
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_report_breakdown import (
+    TERMS_PLOT,
+    category_table,
+    prompt_set_lines,
+    render_terms_plot,
+    separate_lines,
+    terms_table,
+)
 from ansible_collections.specbench.core.plugins.module_utils.specbench_report_sections import (
     _md,
     output_match_lines,
@@ -28,6 +36,7 @@ PLOTS = {
     "throughput": "throughput.png",
     "per_stream": "per-stream.png",
     "speedup": "speedup.png",
+    "terms": TERMS_PLOT,
 }
 CSV_COLUMNS = (
     "host",
@@ -232,12 +241,17 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if plots:
         lines.append("## Plots")
         lines.append("")
-        titles = {"throughput": "Output throughput", "per_stream": "Per-stream decode speed", "speedup": "Speedup"}
+        titles = {"throughput": "Output throughput", "per_stream": "Per-stream decode speed", "speedup": "Speedup",
+                  "terms": "Accept length and step-time ratio"}
         for key, name in plots.items():
             lines.append(f"![{titles.get(key, key)}]({name})")
             lines.append("")
+    lines.extend(prompt_set_lines(summary))
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
         lines.extend(_level_table(comp, base, spec_mode))
+        lines.extend(terms_table(comp, spec_mode))
+        lines.extend(category_table(comp, spec_mode, summary.get("servers") or {}))
+    lines.extend(separate_lines(summary))
     table = summary.get("adaptive_table")
     engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
     if table and "vllm" in engines:
@@ -479,4 +493,12 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
         if write_if_changed(os.path.join(outdir, PLOTS["speedup"]), buf.getvalue()):
             changed.append(PLOTS["speedup"])
         written["speedup"] = PLOTS["speedup"]
+        fig = render_terms_plot(plt, summary, _finish_axes, levels)
+        if fig is not None:
+            buf = io.BytesIO()
+            fig.savefig(buf, format="png", dpi=dpi)
+            plt.close(fig)
+            if write_if_changed(os.path.join(outdir, PLOTS["terms"]), buf.getvalue()):
+                changed.append(PLOTS["terms"])
+            written["terms"] = PLOTS["terms"]
     return written

@@ -123,10 +123,33 @@ options:
     default: 42
   prompts:
     description:
-      - Prompt texts used in turn instead of synthesized ones (the action plugin reads them from a
-        JSONL file on the controller).
+      - Prompts used instead of synthesized ones, in the seed's order (the action plugin reads them
+        from a ShareGPT JSON, OpenAI chat JSONL or plain JSONL file on the controller, or the
+        built-in set); strings, or records with C(messages), C(category) and C(output_len).
     type: list
-    elements: str
+    elements: raw
+  prompts_format:
+    description:
+      - The prompts file's format; C(auto) tells it from the file's first entry.
+    type: str
+    choices: [auto, sharegpt, chat, prompt]
+    default: auto
+  lengths:
+    description:
+      - C(fixed) asks output_len tokens of every request (ignore_eos); C(data) each prompt's own
+        length (its C(output_len), else its reference reply's words x 4/3), capped at output_len,
+        still with ignore_eos so every mode generates the same lengths.
+    type: str
+    choices: [fixed, data]
+    default: fixed
+  categories:
+    description:
+      - C(mixed) sends every category's prompts in each level (per-category figures from the
+        engine's per-request speculation figures); C(separate) runs each level once per category
+        with only its prompts (each level names its C(category); a crossover per category).
+    type: str
+    choices: [mixed, separate]
+    default: mixed
   request_timeout_s:
     description:
       - Per-request timeout in seconds; a stalled stream fails with kind C(timeout).
@@ -371,7 +394,11 @@ ARGUMENT_SPEC = {
     "repeats": {"type": "int", "default": DEFAULTS["repeats"]},
     "batches": {"type": "int", "default": DEFAULTS["batches"]},
     "seed": {"type": "int", "default": DEFAULTS["seed"]},
-    "prompts": {"type": "list", "elements": "str"},
+    "prompts": {"type": "list", "elements": "raw"},
+    "prompts_format": {"type": "str", "choices": ["auto", "sharegpt", "chat", "prompt"],
+                       "default": DEFAULTS["prompts_format"]},
+    "lengths": {"type": "str", "choices": ["fixed", "data"], "default": DEFAULTS["lengths"]},
+    "categories": {"type": "str", "choices": ["mixed", "separate"], "default": DEFAULTS["categories"]},
     "request_timeout_s": {"type": "float", "default": DEFAULTS["request_timeout_s"]},
     "workers": {"type": "int", "default": DEFAULTS["workers"]},
     "drain": {"type": "bool", "default": DEFAULTS["drain"]},

@@ -79,14 +79,14 @@ def test_settings_labels_and_base_url():
 def test_prompts_file(tmp_path):
     good = tmp_path / "p.jsonl"
     good.write_text('{"prompt": "hello there"}\n\n{"text": "second"}\n')
-    assert sc.load_prompts(str(good)) == ["hello there", "second"]
+    assert [r["messages"][0]["content"] for r in sc.load_prompts(str(good))] == ["hello there", "second"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\nnot json\n')
     with pytest.raises(sc.SettingsError, match="line 2 is not JSON"):
         sc.load_prompts(str(bad))
     empty = tmp_path / "empty.jsonl"
     empty.write_text('{"other": 1}\n')
-    with pytest.raises(sc.SettingsError, match='line 1 has no non-empty "prompt" string'):
+    with pytest.raises(sc.SettingsError, match='line 1 has no field "conversations"'):
         sc.load_prompts(str(empty))
     with pytest.raises(sc.SettingsError, match="cannot be read"):
         sc.load_prompts(str(tmp_path / "missing.jsonl"))
@@ -426,7 +426,8 @@ def test_one_sweep_loop_stops_after_a_failed_level(stop_on_error, measured, stat
     settings = sc.normalize_settings({"concurrency": [1, 2, 5], "stop_on_error": stop_on_error})
     seen = []
 
-    def measure(concurrency):
+    def measure(concurrency, run_settings):
+        assert run_settings is settings  # categories: mixed, one run of the levels
         return {"concurrency": concurrency, "error": "C=2: boom" if concurrency == 2 else None}
 
     levels = sc.sweep(settings, {}, on_level=lambda level: seen.append(level["concurrency"]), measure=measure)

@@ -80,6 +80,8 @@ def test_bad_input_is_refused_and_check_mode_measures_nothing(tmp_path):
     """In one --check run: each bad value fails in the first play with a message naming it and
     the fix; the good host says what it would run and sends nothing (no server listens)."""
     external = {"engine": "external", "base_url": f"http://127.0.0.1:{free_port()}", "mode": "baseline"}
+    bad_prompts = tmp_path / "bad.jsonl"
+    bad_prompts.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"messages": [{"role": "bot"}]}\n')
     hosts = {
         "good": dict(external),
         "empty": {**external, "bench_concurrency": []},
@@ -94,6 +96,7 @@ def test_bad_input_is_refused_and_check_mode_measures_nothing(tmp_path):
         "https": {**external, "base_url": "https://127.0.0.1:30000"},
         "nomode": {"engine": "external", "base_url": "http://127.0.0.1:9"},
         "noprompts": {**external, "bench_prompts_file": str(tmp_path / "missing.jsonl")},
+        "badprompts": {**external, "bench_prompts_file": str(bad_prompts)},
     }
     run = run_playbook(tmp_path, hosts, cmdline="--check")
     failed = run.failures()
@@ -110,6 +113,7 @@ def test_bad_input_is_refused_and_check_mode_measures_nothing(tmp_path):
         "https": "is https: the client speaks plain http",
         "nomode": "mode is not set",
         "noprompts": "bench_prompts_file",
+        "badprompts": 'bad.jsonl\' line 2: field "messages[0].role" is \'bot\'',
     }
     for host, text in expect.items():
         assert text in failed.get(host, ""), (host, failed.get(host))

@@ -63,10 +63,15 @@ def _runner(tmp_path_factory):
 #   compare: playbooks/compare.yml, baseline, n-gram and a draft model on the chat API (one
 #            server per mode, launched and torn down by the playbook, as on a node);
 #   bench:   bench.yml, n-gram on the completions API (the one-mode entry point; n-gram's
-#            multi-token chunks are the harder case for the client's counting).
+#            multi-token chunks are the harder case for the client's counting), with a prompts
+#            file of two categories (two_categories.jsonl) and vLLM's per-request speculation
+#            figures (--per-request-spec-decode-metrics summary), for the per-category accept length.
+CATEGORY_PROMPTS = Path(__file__).resolve().parent / "two_categories.jsonl"
 POOL = {
     "compare": ("playbooks/compare.yml", {"compare_modes": ["baseline", "ngram", "draft"], "bench_api": "chat"}),
-    "bench": ("bench.yml", {"mode": "ngram", "bench_api": "completions"}),
+    "bench": ("bench.yml", {"mode": "ngram", "bench_api": "completions", "bench_prompts_file": str(CATEGORY_PROMPTS),
+                            "vllm_server_extra_args": ["--enforce-eager", "--distributed-executor-backend", "uni",
+                                                       "--per-request-spec-decode-metrics", "summary"]}),
 }
 
 

@@ -49,7 +49,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batches", type=int, default=d["batches"],
                    help="batch means for the interval with one repeat (default %(default)s)")
     p.add_argument("--seed", type=int, default=d["seed"], help="prompt seed (default %(default)s)")
-    p.add_argument("--prompts-file", default="", help="JSONL prompts, one {\"prompt\": ...} a line")
+    p.add_argument("--prompts-file", default="", help="prompts: ShareGPT JSON, OpenAI chat JSONL (messages), plain "
+                   "JSONL (prompt), each entry optionally with a category; or builtin (the set shipped here)")
+    p.add_argument("--prompts-format", default=d["prompts_format"], choices=("auto", "sharegpt", "chat", "prompt"),
+                   help="the prompts file's format (default %(default)s: told from its first entry)")
+    p.add_argument("--lengths", default=d["lengths"], choices=("fixed", "data"),
+                   help="output lengths: fixed (--output-len, ignore_eos) or data (each prompt's own, capped at "
+                        "--output-len) (default %(default)s)")
+    p.add_argument("--categories", default=d["categories"], choices=("mixed", "separate"),
+                   help="mixed: every category in each level; separate: each level once per category "
+                        "(default %(default)s)")
     p.add_argument("--request-timeout-s", type=float, default=d["request_timeout_s"],
                    help="per-request timeout, s (default %(default)s)")
     p.add_argument("--workers", type=int, default=d["workers"],

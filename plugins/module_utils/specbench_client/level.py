@@ -15,6 +15,7 @@ import time
 from array import array
 
 from . import engines
+from .categories import category_figures, category_source
 from .keepup import saturation
 from .labels import level_at_node_speed
 from .request import VOCAB, synth_prompt_tokens
@@ -214,7 +215,8 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
             shares[i % workers] += 1
     adaptive = adaptive_plan(settings, workers)[0]
     plans = [{"settings": settings, "model": model, "t0": t0, "bin_w": bin_w, "starts": starts, "budget": share,
-              "key": key, "trace": trace, "adaptive": adaptive} for share in shares]
+              "key": key, "trace": trace, "adaptive": adaptive, "widx": widx, "nworkers": workers}
+             for widx, share in enumerate(shares)]
     poller = MetricsPoller(settings, t0) if settings.get("_metrics") else None
     try:
         if workers == 1:
@@ -250,12 +252,13 @@ def _merge(results: list[dict]) -> dict:
     for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify", "exact"):
         out[key] = sum(r[key] for r in results)
     for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends", "end_tokens",
-                "end_verify"):
+                "end_verify", "end_category", "end_spec_tokens"):
         out[key] = [v for r in results for v in r[key]]
     itl = array("d")
     for r in results:
         itl.extend(r["itl"])
     out["itl"] = itl
+    out["categories"] = results[0].get("categories") or []
     bins = [0.0] * max(len(r["bins"]) for r in results)
     for r in results:
         for i, v in enumerate(r["bins"]):
@@ -416,6 +419,11 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     level["window"] = window_record(settings, level, *adaptive_plan(settings, raws[0]["workers"]))
     level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
     level.update(token_counts_of(raws, level, settings, engine, calibration))
+    level["lengths"] = settings.get("lengths", "fixed")  # fixed: output_len each; data: each prompt's own, capped
+    per_category = category_figures(raws, level)
+    if per_category is not None:
+        level["categories"] = per_category
+        level["categories_source"] = category_source(settings, engine, spec, per_category)
     if spec and settings["flush_cache"] and engine.FLUSH_PATH:
         level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
     if spec and level["accept_length"] is None and level["requests_ok"]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 
+from . import prompts as prompt_sets
 from .apis import ADAPTERS
 from .settings import __version__
 
@@ -65,7 +66,11 @@ class RequestFactory:
         self.input_len = settings["input_len"]
         self.output_len = settings["output_len"]
         self.seed = settings["seed"]
-        self.prompts = settings.get("prompts")
+        # Given prompts in the seed's order (prompts.order): the same sequence in every mode and launch.
+        records = settings.get("prompts")
+        self.prompts = prompt_sets.order(records, self.seed) if records else None
+        self.categories = prompt_sets.categories(records) if records else []
+        self.lengths = settings.get("lengths", "fixed")
         # Words per synthesized prompt: input_len (the emulator counts words as tokens), unless a
         # calibration against the server's tokenizer sized prompts in its tokens (below).
         self.words = settings.get("_prompt_words") or self.input_len
@@ -80,14 +85,34 @@ class RequestFactory:
             head.append(f"Authorization: Bearer {settings['api_key']}")
         self.head = ("\r\n".join(head) + "\r\nContent-Length: ").encode()
 
-    def prompt(self, key: str, index: int) -> str:
-        if self.prompts:
-            return self.prompts[index % len(self.prompts)]
+    def record(self, index: int):
+        """The given prompt record request ``index`` of the level takes, or None (synthesized)."""
+        return self.prompts[index % len(self.prompts)] if self.prompts else None
+
+    def output_len_of(self, index: int) -> int:
+        """Output tokens for request ``index``: output_len, or the record's own (lengths: data)."""
+        record = self.record(index)
+        return prompt_sets.output_len_of(record, self.lengths, self.output_len) if record else self.output_len
+
+    def category_of(self, index: int) -> int:
+        """The index in ``categories`` of request ``index``'s category (-1: synthesized)."""
+        record = self.record(index)
+        if record is None:
+            return -1
+        return self.categories.index(record.get("category") or "uncategorised")
+
+    def prompt(self, key: str, index: int):
+        """The text, or for a multi-turn record on the chat API the messages, request ``index`` sends."""
+        record = self.record(index)
+        if record is not None:
+            if self.api == "chat":
+                return record["messages"]
+            return prompt_sets.flatten(record["messages"])
         if self.costs and self.budget:
             return synth_prompt_tokens(self.seed, key, self.costs, self.budget)
         return synth_prompt(self.seed, key, self.words)
 
-    def body(self, prompt: str, output_len: int) -> dict:
+    def body(self, prompt, output_len: int) -> dict:
         out = self.adapter.body(self.model, prompt, output_len)
         if self.stream_options:
             out["stream_options"] = dict(out.get("stream_options") or {}, **self.stream_options)
@@ -101,8 +126,8 @@ class RequestFactory:
 class Req:
     """One request: its send time, and the time and token count of every chunk that arrived."""
 
-    __slots__ = ("ct", "done", "end", "expect", "finish", "first", "index", "ks", "measured", "prompt_tokens",
-                 "status", "t_send", "ts", "usage_ct", "verify")
+    __slots__ = ("accepted", "category", "ct", "done", "end", "expect", "finish", "first", "index", "ks",
+                 "measured", "prompt_tokens", "status", "t_send", "ts", "usage_ct", "verify")
 
     def __init__(self, index: int, t_send: float, measured: bool, expect: int):
         self.index = index
@@ -118,5 +143,7 @@ class Req:
         self.ct = 0
         self.usage_ct = None
         self.prompt_tokens = None
-        self.verify = None
+        self.verify = None  # verify steps: SGLang's spec_verify_ct, vLLM's num_spec_steps
+        self.accepted = None  # vLLM: draft tokens accepted (metrics.speculative_decoding); None on SGLang
+        self.category = -1  # index in RequestFactory.categories (-1: synthesized prompt)
         self.status = 0

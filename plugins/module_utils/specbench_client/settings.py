@@ -12,6 +12,7 @@ import math
 import re
 import urllib.parse
 
+from . import prompts as prompt_sets
 from .apis import APIS
 
 __version__ = "1.0.0"
@@ -38,6 +39,9 @@ DEFAULTS = {
     "batches": 10,
     "seed": 42,
     "prompts": None,
+    "prompts_format": "auto",
+    "lengths": "fixed",
+    "categories": "mixed",
     "request_timeout_s": 600.0,
     "workers": 0,
     "drain": True,
@@ -211,16 +215,30 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
     out["flush_cache"] = _as_bool(s["flush_cache"], label("flush_cache"))
     out["metrics_interval_s"] = _as_float(s["metrics_interval_s"], label("metrics_interval_s"), 0.0, True,
                                           "seconds between /metrics reads, e.g. 1")
-    prompts = s.get("prompts")
-    path = s.get("prompts_file") or ""
-    if prompts:
-        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
-            raise SettingsError("prompts must be a list of strings")
-        out["prompts"] = prompts
-    elif path and check_prompts_file:
-        out["prompts"] = load_prompts(path, label("prompts_file"))
-    else:
-        out["prompts"] = None
+    path = str(s.get("prompts_file") or "")
+    out["prompts_format"] = _choice(s["prompts_format"], label("prompts_format"), prompt_sets.FORMATS,
+                                    "auto (told from the file), sharegpt, chat or prompt")
+    out["lengths"] = _choice(s["lengths"], label("lengths"), prompt_sets.LENGTHS,
+                             "fixed (output_len tokens, ignore_eos) or data (each prompt's own length, capped "
+                             "at output_len)")
+    out["categories"] = _choice(s["categories"], label("categories"), ("mixed", "separate"),
+                                "mixed (every category in each level, figures per category from the engine's per-request "
+                                "speculation figures) or separate (each level run once per category)")
+    try:
+        if s.get("prompts"):
+            out["prompts"] = prompt_sets.from_setting(s["prompts"], label("prompts"))
+        elif path and check_prompts_file:
+            out["prompts"] = load_prompts(path, label("prompts_file"), out["prompts_format"])
+        else:
+            out["prompts"] = None
+    except prompt_sets.PromptsError as exc:
+        raise SettingsError(f"{label('prompts_file')}: {exc}") from None
+    if out["categories"] == "separate" and not out["prompts"] and not (path and not check_prompts_file):
+        raise SettingsError(f"{label('categories')} is separate, but no prompts are given: set "
+                            f"{label('prompts_file')} to a file whose entries name a category, or builtin")
+    if out["lengths"] == "data" and not out["prompts"] and not (path and not check_prompts_file):
+        raise SettingsError(f"{label('lengths')} is data, but no prompts are given: set {label('prompts_file')} "
+                            "(a file, or builtin), or lengths fixed")
     out["prompts_file"] = str(path)
     if out["requests"] and out["requests"] < max(out["concurrency"]):
         raise SettingsError(f"{label('requests')} is {out['requests']}, fewer than the largest level "
@@ -229,39 +247,33 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
     return out
 
 
-def load_prompts(path: str, label: str = "prompts_file") -> list[str]:
-    """Prompts from a JSONL file: one object a line with a ``prompt`` (or ``text``) string."""
+def _choice(value, label: str, allowed: tuple, what: str) -> str:
+    text = str(value).strip().lower()
+    if text not in allowed:
+        raise SettingsError(f"{label} is {value!r}: give {what}")
+    return text
+
+
+def load_prompts(path: str, label: str = "prompts_file", fmt: str = "auto") -> list[dict]:
+    """Prompt records (prompts.py) from a ShareGPT JSON, OpenAI chat JSONL or plain JSONL file,
+    or the built-in set (``builtin``); errors name the file, the line and the field."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except OSError as exc:
-        raise SettingsError(f"{label} {path!r} cannot be read ({exc.strerror or exc}): give a JSONL file with "
-                            'one {"prompt": "..."} object a line') from None
-    prompts = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            raise SettingsError(f"{label} {path!r} line {number} is not JSON ({exc}): each line must be an "
-                                'object such as {"prompt": "..."}') from None
-        text = obj.get("prompt", obj.get("text")) if isinstance(obj, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            raise SettingsError(f"{label} {path!r} line {number} has no non-empty \"prompt\" string: each line "
-                                'must be an object such as {"prompt": "..."}')
-        prompts.append(text)
-    if not prompts:
-        raise SettingsError(f"{label} {path!r} holds no prompts: give one {{\"prompt\": \"...\"}} object a line")
-    return prompts
+        return prompt_sets.load(path, fmt, label)[0]
+    except prompt_sets.PromptsError as exc:
+        raise SettingsError(f"{label}: {exc}") from None
 
 
 def public_settings(settings: dict) -> dict:
-    """Settings as written to results: no api key, no prompt texts."""
+    """Settings as written to results: no api key, no prompt texts; what the prompt set was."""
     out = {k: v for k, v in settings.items() if k not in ("api_key", "prompts")}
     out["api_key_set"] = bool(settings.get("api_key"))
-    out["prompts_source"] = "file" if settings.get("prompts") else "synthesized"
-    out["prompts_count"] = len(settings["prompts"]) if settings.get("prompts") else None
+    records = settings.get("prompts")
+    path = settings.get("prompts_file") or ""
+    source = "synthesized" if not records else ("builtin" if path == prompt_sets.BUILTIN else "file")
+    out["prompts_source"] = source
+    out["prompts_count"] = len(records) if records else None
+    if records:
+        out["prompt_set"] = prompt_sets.describe(records, path or "given", settings.get("prompts_format", "auto"))
     return out
 
 

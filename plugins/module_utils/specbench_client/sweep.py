@@ -108,24 +108,43 @@ def write_json_atomic(path: str, obj) -> None:
     os.replace(tmp, path)
 
 
-def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dict]:
-    """Every level in order; ``on_level(level)`` after each (a progress line, a results file
-    rewritten). Stops after a failed level when stop_on_error is set.
+def category_settings(settings: dict) -> list[tuple]:
+    """(category or None, settings) for each run of the levels: one run with every prompt, or
+    with ``categories: separate`` one per category, each with only that category's prompts."""
+    records = settings.get("prompts") or []
+    if settings.get("categories") != "separate" or not records:
+        return [(None, settings)]
+    names: list = []
+    for r in records:
+        name = r.get("category") or "uncategorised"
+        if name not in names:
+            names.append(name)
+    return [(name, dict(settings, prompts=[r for r in records if (r.get("category") or "uncategorised") == name]))
+            for name in names]
 
-    ``measure(concurrency)`` measures one level; by default here (``run_level``). The action
-    plugin passes its own, which runs the level through the module on the node.
+
+def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dict]:
+    """Every level in order (with ``categories: separate``, every level once per category, each
+    level then naming its ``category``); ``on_level(level)`` after each (a progress line, a
+    results file rewritten). Stops after a failed level when stop_on_error is set.
+
+    ``measure(concurrency, settings)`` measures one level; by default here (``run_level``). The
+    action plugin passes its own, which runs the level through the module on the node.
     """
     if measure is None:
-        def measure(concurrency):
-            return run_level(settings, concurrency, server)
+        def measure(concurrency, run_settings):
+            return run_level(run_settings, concurrency, server)
     levels = []
-    for concurrency in settings["concurrency"]:
-        level = measure(concurrency)
-        levels.append(level)
-        if on_level:
-            on_level(level)
-        if level.get("error") and settings["stop_on_error"]:
-            break
+    for category, run_settings in category_settings(settings):
+        for concurrency in settings["concurrency"]:
+            level = measure(concurrency, run_settings)
+            if category is not None:
+                level["category"] = category
+            levels.append(level)
+            if on_level:
+                on_level(level)
+            if level.get("error") and settings["stop_on_error"]:
+                return levels
     return levels
 
 

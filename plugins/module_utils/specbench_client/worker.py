@@ -59,6 +59,9 @@ class Worker(ResponseReader):
         self.factory = RequestFactory(settings, plan["model"], host, port, prefix)
         self.timeout = settings["request_timeout_s"]
         self.output_len = settings["output_len"]
+        # Given prompts: request k of the level (k counted over its worker processes, this one's
+        # counter x workers + its index) takes the k-th prompt of the seeded order.
+        self.widx, self.nworkers = plan.get("widx", 0), plan.get("nworkers", 1)
         self.t0 = plan["t0"]
         self.min_ws = plan["t0"] + settings["warmup_s"]
         self.window_s = settings["window_s"]
@@ -110,6 +113,10 @@ class Worker(ResponseReader):
         # window; SGLang's accept length over the window is theirs).
         self.end_tokens = array("d")
         self.end_verify = array("d")
+        # ... and for per-category figures: its category (index in the factory's categories, -1
+        # none) and the tokens its verify steps produced (SGLang: its output; vLLM: steps + accepted).
+        self.end_category = array("i")
+        self.end_spec_tokens = array("d")
         self.exact = 0  # measured requests whose per-chunk counts were the server's (usage or meta_info)
         self.ttft: list[float] = []
         self.e2e: list[float] = []
@@ -325,16 +332,18 @@ class Worker(ResponseReader):
             return
         index = self.counter
         self.counter += 1
-        length = self.output_len
+        pindex = index * self.nworkers + self.widx
+        length = self.factory.output_len_of(pindex)
         if not st.turned and not st.fails and length > 1:
             # A stream's first request stops after a random share of the output, so streams reach
             # steady state at phases spread evenly over a request (no lockstep, no bursts).
             length = random.Random(f"{self.plan['key']}:first:{st.sid}").randint(1, length)
         st.req = Req(index, now, measured, length)
+        st.req.category = self.factory.category_of(pindex)
         self.active += 1
         if self.first_send is None:
             self.first_send = now
-        payload = self.factory.build(f"{self.plan['key']}:{st.sid}:{index}", st.sid + index * 7919, length)
+        payload = self.factory.build(f"{self.plan['key']}:{st.sid}:{index}", pindex, length)
         if st.sock is not None and st.keepalive and st.body_done:
             st._reset()
             st.out = payload
@@ -408,7 +417,8 @@ class Worker(ResponseReader):
         st._reset()
         st.req = req
         st.retried = True
-        st.out = self.factory.build(f"{self.plan['key']}:{st.sid}:{req.index}", st.sid + req.index * 7919, req.expect)
+        st.out = self.factory.build(f"{self.plan['key']}:{st.sid}:{req.index}", req.index * self.nworkers + self.widx,
+                                    req.expect)
         del out
         self._connect(st)
 
@@ -505,6 +515,9 @@ class Worker(ResponseReader):
         self.ends.append(end)
         self.end_tokens.append(n)
         self.end_verify.append(req.verify or 0)
+        self.end_category.append(req.category)
+        self.end_spec_tokens.append((req.verify + req.accepted) if req.accepted is not None and req.verify
+                                    else (n if req.verify else 0))
         if n != req.expect:
             self.short += 1
         if not (req.measured or (not self.count_mode and self.ws is not None and self.ws <= req.t_send < self.we)):
@@ -554,7 +567,9 @@ class Worker(ResponseReader):
             "examples": self.examples,
             "bins": self.bins, "whole_tokens": self.whole_tokens, "first_send": self.first_send,
             "last_end": self.last_end, "ends": self.ends, "end_tokens": self.end_tokens,
-            "end_verify": self.end_verify, "exact": self.exact, "ttft": self.ttft, "e2e": self.e2e,
+            "end_verify": self.end_verify, "end_category": self.end_category,
+            "end_spec_tokens": self.end_spec_tokens, "categories": self.factory.categories, "exact": self.exact,
+            "ttft": self.ttft, "e2e": self.e2e,
             "tpot": self.tpot, "decode": self.decode, "itl": self.itl, "out_tokens": self.out_tokens,
             "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
             "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,

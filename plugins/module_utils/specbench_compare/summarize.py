@@ -4,6 +4,15 @@
 
 from __future__ import annotations
 
+from .breakdown import (
+    TERMS_METHOD,
+    category_crossovers,
+    category_rows,
+    only_category,
+    paying_longest,
+    separate_categories,
+    speedup_terms,
+)
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
@@ -40,7 +49,8 @@ def _mode_level_row(level: dict) -> dict:
 def _levels_by_conc(result: dict | None) -> dict:
     out = {}
     for level in (result or {}).get("levels") or []:
-        if isinstance(level, dict) and isinstance(level.get("concurrency"), int):
+        # A level of a separately-run category (bench_categories: separate) is compared within it only.
+        if isinstance(level, dict) and isinstance(level.get("concurrency"), int) and not level.get("category"):
             out[level["concurrency"]] = level
     return out
 
@@ -75,6 +85,10 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["saturated"] = saturated
         row["verdict"] = (SATURATED if saturated else FAILED if failed
                           else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
+        row.update(speedup_terms(bl, sl))
+        cats = category_rows(bl, sl, row)
+        if cats:
+            row["categories"] = cats
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
@@ -106,6 +120,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "adaptive_table": rec["adaptive_table"],
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
+        "categories_paying": paying_longest(rows),
         "levels": rows,
     }
 
@@ -216,6 +231,16 @@ def summarize_host(
                 incomplete.append(f"{mode}: C={level.get('concurrency')} failed: {why}")
             elif why:
                 incomplete.append(f"{mode}: C={level.get('concurrency')} failed (above)")
+    separate = separate_categories(results)
+    by_category = {}
+    if separate and spec_modes:  # bench_categories: separate: one comparison per category
+        by_category = {name: compare_pair(only_category(results.get(baseline), name),
+                                          only_category(results.get(spec_modes[0]), name), baseline, spec_modes[0])
+                       for name in separate}
+    headline = None
+    if separate and not any(_levels_by_conc(r) for r in results.values()):
+        headline = separate[0]  # every level ran per category: the first category's is the headline comparison
+        results = {m: only_category(r, headline) for m, r in results.items()}
     comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
     matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)
@@ -236,7 +261,7 @@ def summarize_host(
         "incomplete_reasons": incomplete,
         "confounders": conf,
         "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
-                   "traffic": TRAFFIC_METHOD},
+                   "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
         "output_match": matches,
         "output_match_min": output_match_min,
     }
@@ -258,6 +283,7 @@ def summarize_host(
         "adaptive_table",
         "adaptive_config",
         "notes",
+        "categories_paying",
         "levels",
     )
     for key in keys:
@@ -273,6 +299,8 @@ def summarize_host(
         summary["traffic"] = {"source": traffic.get("source"), "traffic": traffic["traffic"],
                               "idle_share": traffic.get("idle_share"), "samples": traffic.get("samples"),
                               "gains": traffic_gains(comparisons, traffic["traffic"])}
+    summary["headline_category"] = headline
+    summary["category_crossovers"] = category_crossovers(by_category) if by_category else None
     adaptive = [m for m in spec_modes if "adaptive" in m]
     fixed = [m for m in spec_modes if "adaptive" not in m]
     summary["tracking"] = None

@@ -11,9 +11,10 @@ NAME = "chat"
 PATH = "/v1/chat/completions"
 
 
-def body(model: str, prompt: str, output_len: int) -> dict:
+def body(model: str, prompt, output_len: int) -> dict:
+    """``prompt``: a text (one user turn) or a conversation's messages (its history, sent as such)."""
     out = base_body(model, output_len)
-    out["messages"] = [{"role": "user", "content": prompt}]
+    out["messages"] = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
     return out
 
 

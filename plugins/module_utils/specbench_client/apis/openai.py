@@ -54,4 +54,13 @@ def handle_event(req, obj: dict, t: float, text_of) -> bool:
     if usage:
         req.usage_ct = usage.get("completion_tokens")
         req.prompt_tokens = usage.get("prompt_tokens")
+    # vLLM launched with --per-request-spec-decode-metrics summary: the final usage chunk carries the
+    # request's own verify steps and accepted draft tokens (vllm/entrypoints/openai/completion/serving.py
+    # and chat_completion/serving.py, build_spec_decoding_metrics in
+    # vllm/entrypoints/generate/base/serving.py; the fields in vllm/v1/metrics/stats.py, to_dict:
+    # mean_acceptance_length = 1 + num_accepted_draft_tokens / num_spec_steps).
+    spec = (obj.get("metrics") or {}).get("speculative_decoding") if isinstance(obj.get("metrics"), dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("num_spec_steps"), int):
+        req.verify = spec["num_spec_steps"]
+        req.accepted = spec.get("num_accepted_draft_tokens") or 0
     return True
