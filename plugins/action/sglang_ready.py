@@ -26,7 +26,7 @@ class ActionModule(ActionBase):
     _VALID_ARGS = frozenset((
         "base_url", "pid", "starttime", "unit", "log_path", "log_offset", "timeout", "interval", "tail_lines",
         "expected", "state_path", "extra", "gpu_backend", "gpu_device_glob", "gpu_nvidia_smi", "progress_every",
-        "label", "speculative_check", "mode", "args", "speculative_config",
+        "label", "role", "speculative_check", "mode", "args", "speculative_config",
     ))
 
     def run(self, tmp=None, task_vars=None):
@@ -43,8 +43,11 @@ class ActionModule(ActionBase):
                                            "(sglang_server_ready_progress_every).")
             return result
         label = args.pop("label", "") or ""
+        # The role whose server this is, in the progress lines (vllm_server's servers are vLLM's).
+        role = args.pop("role", "") or "sglang_server"
+        engine = "vLLM" if role == "vllm_server" else "SGLang"
         host = (task_vars or {}).get("inventory_hostname", "?")
-        prefix = f"{host} | sglang_server{' ' + label if label else ''} | "
+        prefix = f"{host} | {role}{' ' + label if label else ''} | "
         elapsed = 0.0
         while True:
             res = self._execute_module(module_name=MODULE, task_vars=task_vars,
@@ -52,7 +55,7 @@ class ActionModule(ActionBase):
             if res.get("failed") or res.get("ready", True):
                 if res.get("ready"):
                     self._display.display(f"{prefix}ready after {res.get('elapsed_s', 0):.0f}s "
-                                          f"({res.get('probe')}), SGLang {res.get('version', '?')}")
+                                          f"({res.get('probe')}), {engine} {res.get('version', '?')}")
                 result.update(res)
                 return result
             progress = res.get("progress") or {}
