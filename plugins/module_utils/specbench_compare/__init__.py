@@ -18,7 +18,9 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``confounders``: what makes the comparison less than fair;
 - ``summarize``: one comparison, the host summary, the compact form the index carries;
 - ``pooling``: several runs of one mode (compare_launches, refinement rounds) pooled per level;
-- ``refine``: the next refinement round.
+- ``refine``: the next refinement round;
+- ``schedule``: what serve.yml serves (the mode, vLLM's per-batch-size schedule);
+- ``serve_proof``: the served configuration's confirmatory sweep held against the run.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from .recommend import (
     speculate_ranges,
 )
 from .refine import refine_plan
+from .schedule import SCHEDULE_RULE, schedule_words, serve_plan, vllm_schedule
+from .serve_proof import ON_REGRESSION, best_static, proof_rows, proof_verdict, regression_action, rollback_mode
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .verdict import (
     FAILED,
@@ -60,6 +64,8 @@ __all__ = [
     "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "interpolated_crossing", "level_failure",
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
-    "series_status", "sglang_adaptive_config", "speculate_ranges", "split_run_name", "summarize_host", "tracking",
+    "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
+    "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
+    "speculate_ranges", "split_run_name", "summarize_host", "tracking",
     "CompareError",
 ]
