@@ -28,7 +28,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
 )
 
 # Files this plugin writes in a host folder: never read back as a mode's results.
-OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json"}
+OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json", "serve.json"}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
 OUTCOME_STATUSES = ("ok", "failed", "skipped", "teardown_failed", "missing", "unreachable")
 
@@ -163,6 +163,12 @@ class ActionModule(ActionBase):
                 summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
+            served_path = os.path.join(host_dir, "serve.json")
+            if os.path.isfile(served_path):  # playbooks/serve.yml's proof: the report's "Served" section
+                try:
+                    summary["served"] = _load_json(served_path)
+                except (OSError, ValueError) as exc:
+                    warnings.append(f"{served_path}: not readable ({exc}); the report leaves out what was served")
             plots = {}
             if args["plots"] and not check:
                 try:

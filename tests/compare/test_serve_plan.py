@@ -11,6 +11,7 @@ import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,15 +67,13 @@ def test_bad_k_or_batch_is_refused():
 # The mode chosen from a summary
 # ---------------------------------------------------------------------------------------------
 def vllm_summary(ngram, draft):
-    spec = '{"method": "ngram", "num_speculative_tokens": 3}'
+    def server(spec):
+        return {"engine": "vllm", "capacity": {"max_num_seqs": 32}, "speculative_config": spec}
+
     return {"baseline_mode": "baseline", "spec_mode": "ngram",
             "comparisons": {"ngram": {"levels": ngram}, "draft": {"levels": draft}},
-            "servers": {"baseline": {"capacity": {"max_num_seqs": 32}, "command": ["vllm", "serve"]},
-                        "ngram": {"capacity": {"max_num_seqs": 32},
-                                  "command": ["vllm", "serve", "--speculative-config", spec]},
-                        "draft": {"capacity": {"max_num_seqs": 32},
-                                  "command": ["vllm", "serve", "--speculative-config",
-                                              '{"method": "draft_model", "num_speculative_tokens": 4}']}}}
+            "servers": {"baseline": server(None), "ngram": server({"method": "ngram", "num_speculative_tokens": 3}),
+                        "draft": server({"method": "draft_model", "num_speculative_tokens": 4})}}
 
 
 def lv(conc, verdict, speedup):
@@ -156,3 +155,25 @@ def test_a_rollbacks_own_check_holds_it_against_its_own_measurement():
         cmp.regression_action(got, "ignore")
     with pytest.raises(ValueError, match="serve_match_margin"):
         cmp.proof_rows(served, RUN, 0.0)
+
+
+def test_a_vllm_summary_carries_the_schedule_and_the_report_shows_it():
+    def vllm(mode, levels, spec):
+        res = result(mode, levels)
+        res["engine"] = "vllm"
+        res["server"] = {"engine": "vllm", "settings": {"max_num_seqs": 32, "max_model_len": 1024},
+                         "speculative_config": spec}
+        return res
+
+    base = vllm("baseline", [level(1, 100.0), level(4, 300.0), level(16, 900.0)], {})
+    spec = vllm("ngram", [level(1, 200.0), level(4, 390.0), level(16, 700.0)],
+                {"method": "ngram", "num_speculative_tokens": 3})
+    summary = cmp.summarize_host({"baseline": base, "ngram": spec}, "node-a", "run-1")
+    assert summary["serve_schedule"]["schedule"] == [[1, 4, 3], [5, 32, 0]]
+    text = rep.render_markdown(summary, {})
+    assert "## Speculation by batch size (vLLM)" in text and "[[1, 4, 3], [5, 32, 0]]" in text
+    served = {"mode": "ngram", "base_url": "http://127.0.0.1:1", "service": "session", "verified": False,
+              "text": "not verified: unclear at C=16", "launch_command": ["vllm", "serve"],
+              "levels": cmp.proof_rows(spec, {"baseline": base, "ngram": spec}, 0.1)}
+    text = rep.render_markdown(dict(summary, served=served), {})
+    assert "## Served" in text and "**not verified**" in text and "| 16 | 700.0" in text

@@ -20,8 +20,6 @@ measured. Where no level pays, no schedule: the baseline is served.
 
 from __future__ import annotations
 
-import json
-
 from .common import BASELINE
 from .verdict import PAYS
 
@@ -73,24 +71,14 @@ def schedule_words(schedule: list[list[int]] | None) -> str:
 
 
 def _k_of(summary: dict, mode: str) -> int | None:
-    server = ((summary.get("servers") or {}).get(mode) or {})
-    spec = server.get("speculative_config")
-    if isinstance(spec, dict) and isinstance(spec.get("num_speculative_tokens"), int):
-        return spec["num_speculative_tokens"]
-    command = server.get("command") or []
-    if isinstance(command, str):
-        command = command.split()
-    for n, arg in enumerate(command):
-        if arg == "--speculative-config" and n + 1 < len(command):
-            try:
-                value = json.loads(command[n + 1]).get("num_speculative_tokens")
-            except (ValueError, AttributeError):
-                return None
-            return value if isinstance(value, int) else None
-    return None
+    """The mode's num_speculative_tokens, from its server's speculative config (summary ``servers``)."""
+    spec = ((summary.get("servers") or {}).get(mode) or {}).get("speculative_config")
+    value = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _max_batch(summary: dict) -> int | None:
+    """The servers' max_num_seqs (the same in every mode: compare refuses a run where it differs)."""
     for info in (summary.get("servers") or {}).values():
         value = ((info or {}).get("capacity") or {}).get("max_num_seqs")
         try:
