@@ -29,7 +29,7 @@ from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, C
 from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
 from .intervals import borrow_ci, level_figures, log_half_width, ratio_ci
-from .pooling import POOLED_METHOD, pool_level, pool_runs, run_seconds, split_run_name
+from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
     adaptive_table,
@@ -66,6 +66,6 @@ __all__ = [
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
     "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
-    "speculate_ranges", "split_run_name", "summarize_host", "tracking",
+    "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "CompareError",
 ]
