@@ -10,7 +10,7 @@ short_description: What playbooks/serve.yml serves on a host, from a run's resul
 version_added: "0.2.0"
 description:
   - Reads C(<results_dir>/<run_id>/<host>/summary.json) and the run's results files (run it on the
-    controller, C(delegate_to: localhost)) and returns what to serve there, from
+    controller, with C(delegate_to) localhost) and returns what to serve there, from
     C(specbench_compare.serve_plan) - SGLang and the emulator follow the run's recommendation (the
     adaptive table where speculation pays only somewhere); vLLM serves the speculative mode that pays
     at the most levels with a C(num_speculative_tokens_per_batch_size) schedule, or the baseline.

@@ -9,7 +9,7 @@ module: serve_proof
 short_description: Hold the served configuration's sweep against the run and write serve.json
 version_added: "0.2.0"
 description:
-  - Run on the controller (C(delegate_to: localhost)) after the proof sweep of M(specbench.core.serve_plan)'s
+  - Run on the controller (with C(delegate_to) localhost) after the proof sweep of M(specbench.core.serve_plan)'s
     plan. At each level of the run, the served throughput over the best static mode's (or, for a
     rollback's own check, over I(reference)'s), with the ratio's 95% interval
     (C(specbench_compare.proof_rows); verdicts C(better), C(matches), C(worse), C(unclear)).
