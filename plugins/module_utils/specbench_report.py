@@ -335,8 +335,12 @@ def _served_section(served: dict | None) -> list[str]:
         return []
     lines = ["## Served", ""]
     verdict = "**verified**" if served.get("verified") else "**not verified**"
-    lines.append(f"`{_md(served.get('mode'))}` served at {served.get('base_url')} as {_md(served.get('service'))}, "
-                 f"{verdict}: {_md(served.get('text'))}.")
+    service = served.get("service") or {}
+    how = (f"systemd unit `{service.get('unit')}`" if service.get("launcher") == "systemd"
+           else f"a detached session (pid {service.get('pid')})")
+    reason = str(served.get("text") or "").split(": ", 1)[-1]
+    lines.append(f"`{_md(served.get('mode'))}` served at {served.get('base_url')} as {how}, run `{served.get('run_id')}`: "
+                 f"{verdict} ({_md(reason)}).")
     if served.get("rollback"):
         lines.append(f"Rolled back: {_md(served['rollback'].get('text'))}.")
     lines.append(f"Launch command: `{_md(' '.join(str(a) for a in served.get('launch_command') or []))}`")

@@ -172,8 +172,10 @@ def test_a_vllm_summary_carries_the_schedule_and_the_report_shows_it():
     assert summary["serve_schedule"]["schedule"] == [[1, 4, 3], [5, 32, 0]]
     text = rep.render_markdown(summary, {})
     assert "## Speculation by batch size (vLLM)" in text and "[[1, 4, 3], [5, 32, 0]]" in text
-    served = {"mode": "ngram", "base_url": "http://127.0.0.1:1", "service": "session", "verified": False,
+    served = {"mode": "ngram", "base_url": "http://127.0.0.1:1", "service": {"launcher": "session", "pid": 7},
+              "run_id": "run-1", "verified": False,
               "text": "not verified: unclear at C=16", "launch_command": ["vllm", "serve"],
               "levels": cmp.proof_rows(spec, {"baseline": base, "ngram": spec}, 0.1)}
     text = rep.render_markdown(dict(summary, served=served), {})
-    assert "## Served" in text and "**not verified**" in text and "| 16 | 700.0" in text
+    assert "## Served" in text and "**not verified** (unclear at C=16)" in text and "| 16 | 700.0" in text
+    assert "a detached session (pid 7)" in text
