@@ -179,3 +179,26 @@ def test_a_vllm_summary_carries_the_schedule_and_the_report_shows_it():
     text = rep.render_markdown(dict(summary, served=served), {})
     assert "## Served" in text and "**not verified** (unclear at C=16)" in text and "| 16 | 700.0" in text
     assert "a detached session (pid 7)" in text
+
+
+def test_capacity_settings_other_than_the_runs_are_named():
+    from ansible_collections.specbench.core.plugins.modules.serve_plan import fairness
+
+    run = {"baseline": {"server": {"settings": {"max_num_seqs": 32, "max_model_len": 1024}}},
+           "ngram": {"server": {"settings": {"max_num_seqs": 32, "max_model_len": 1024}}}}
+    assert fairness(run, {"max_num_seqs": 32, "max_model_len": 1024}) == []
+    assert fairness(run, {"max_num_seqs": 64, "max_model_len": 1024}) == [
+        "max_num_seqs is 64 now, 32 when the run measured baseline", "max_num_seqs is 64 now, 32 when the run measured ngram"]
+    sglang = {"eagle3": {"server": {"settings": {"--mem-fraction-static": 0.88}}}}
+    assert fairness(sglang, {"--mem-fraction-static": 0.8}) == [
+        "mem_fraction_static is 0.8 now, 0.88 when the run measured eagle3"]
+
+
+def test_a_lasting_systemd_service_restarts_on_failure_and_logs_to_journald():
+    from ansible_collections.specbench.core.plugins.module_utils import sglang_process
+
+    argv = sglang_process.systemd_run_argv("specbench-vllm-8000", ["python3"], "/l.log", "/run", {}, service=True)
+    assert "--property=Restart=on-failure" in argv and "--property=StandardOutput=journal" in argv
+    assert not any("append:/l.log" in a for a in argv)
+    plain = sglang_process.systemd_run_argv("u", ["python3"], "/l.log", "/run", {})
+    assert "--property=StandardOutput=append:/l.log" in plain and not any("Restart=" in a for a in plain)
