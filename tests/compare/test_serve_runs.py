@@ -1,14 +1,15 @@
 """playbooks/serve.yml on an emulated node (real processes, localhost only), after one compare.yml
-run on the Llama-3.1-8B/H100 profile (EAGLE-3 pays at C=16 and 32 and loses at 64: the analytic
+run on the Llama-3.1-8B/H100 profile (EAGLE-3 pays at C=16 and loses at 64: the analytic
 crossover is near 50), all in one module-scoped fixture:
 
-1. compare.yml: baseline and eagle3 at C = 16, 32, 64 (short windows);
+1. compare.yml: baseline and eagle3 at C = 16 and 64 (short windows);
 2. serve.yml (serve_on_regression: keep): serves eagle3-adaptive with the run's adaptive table,
    proves it, serve.json written, report.md re-rendered with a Served section;
 3. serve.yml again: the service runs that configuration and answers: ``changed`` nowhere;
 4. serve.yml -e serve_mode=baseline (another configuration replaces the service): the baseline is
-   clearly slower where eagle3 clearly pays (C=16, 1.7x [1.5, 1.9] in a full run): the proof fails
-   there and the default rollback serves the static mode fastest at the most levels, held against
+   clearly slower where eagle3 clearly pays (C=16, 1.6x [1.4, 1.8] in a full run): the proof fails
+   there and the default rollback serves the static mode fastest at the most levels (one each: then
+   the one nearest the best over both, eagle3, 0.84 against the baseline's 1 / 1.6), held against
    its own measurement;
 5. serve.yml -e serve_state=absent: the service stopped, the GPUs (emulated) clean.
 
@@ -30,10 +31,10 @@ from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_serve
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 LLAMA = "llama-3.1-8b-1x-h100"
-LEVELS = [16, 32, 64]
+LEVELS = [16, 64]
 
 
 @pytest.fixture(scope="module")
