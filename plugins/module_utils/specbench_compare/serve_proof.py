@@ -113,7 +113,7 @@ def proof_verdict(rows: list[dict]) -> dict:
         if worse:
             parts.append(f"clearly slower than the best static mode at C={', '.join(map(str, worse))}")
         if unclear:
-            parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: serve_window_s)")
+            parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: bench_window_s, bench_warmup_s)")
         text = "not verified: " + "; ".join(parts)
     return {"verified": verified, "worse": worse, "unclear": unclear, "text": text}
 
