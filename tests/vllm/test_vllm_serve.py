@@ -76,7 +76,7 @@ def test_the_proof_is_written_and_matches_the_report(served):
             assert row["verdict"] != "worse" or high < 1, row
             assert row["verdict"] != "better" or low > 1, row
     assert doc["verified"] == all(r["verdict"] in ("better", "matches") for r in doc["levels"])
-    assert doc["action"] == ("keep" if doc["worse"] else None)
+    assert doc["on_regression"] == "keep" and doc["action"] == ("keep" if doc["worse"] else None)
     report = (host_dir(compare) / "report.md").read_text()
     served_part = report.split("## Served", 1)[1]
     assert f"`{doc['mode']}` served at {doc['base_url']}" in served_part
