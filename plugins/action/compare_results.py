@@ -24,15 +24,12 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     check_minimum,
     check_traffic_input,
     compact,
-    pool_runs,
+    load_host_results,
     refine_plan,
     resolve_traffic,
-    split_run_name,
     summarize_host,
 )
 
-# Files this plugin writes in a host folder: never read back as a mode's results.
-OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json"}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
 OUTCOME_STATUSES = ("ok", "failed", "skipped", "teardown_failed", "missing", "unreachable")
 
@@ -40,37 +37,6 @@ OUTCOME_STATUSES = ("ok", "failed", "skipped", "teardown_failed", "missing", "un
 def _load_json(path: str):
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
-
-
-def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str]) -> dict:
-    """mode -> results dict for one host folder; unreadable files become warnings.
-
-    ``<mode>@<tag>.json`` files are further runs of ``<mode>`` (compare_launches, refinement
-    rounds): pooled with ``<mode>.json`` by specbench_compare.pool_runs.
-    """
-    runs: dict = {}
-    if not os.path.isdir(host_dir):
-        return {}
-    names = sorted(n for n in os.listdir(host_dir) if n.endswith(".json") and n not in OWN_FILES and not n.startswith("."))
-    for name in names:
-        mode, tag = split_run_name(name[: -len(".json")])
-        if modes is not None and mode not in modes:
-            continue
-        path = os.path.join(host_dir, name)
-        try:
-            data = _load_json(path)
-        except (OSError, ValueError) as exc:
-            warnings.append(f"{path}: not readable as JSON ({exc}); {mode} left out of the comparison")
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
-            if modes is not None:
-                warnings.append(f"{path}: not a results file (no levels list); {mode} left out of the comparison")
-            continue
-        if data.get("mode") not in (None, mode):
-            warnings.append(f"{path}: says mode {data.get('mode')!r} but is named {name}; read as {mode}")
-        data["_path"] = path
-        runs.setdefault(mode, []).append((tag, data))
-    return {mode: pool_runs(found) for mode, found in runs.items()}
 
 
 class ActionModule(ActionBase):
@@ -187,6 +153,12 @@ class ActionModule(ActionBase):
                                          output_match_min=match_min, traffic=traffic)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
+            served_path = os.path.join(host_dir, "serve.json")
+            if os.path.isfile(served_path):  # playbooks/serve.yml's proof: the report's "Served" section
+                try:
+                    summary["served"] = _load_json(served_path)
+                except (OSError, ValueError) as exc:
+                    warnings.append(f"{served_path}: not readable ({exc}); the report leaves out what was served")
             plots = {}
             if args["plots"] and not check:
                 try:

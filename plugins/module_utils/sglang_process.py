@@ -166,13 +166,17 @@ def choose_launcher(launcher: str) -> str:
     return launcher
 
 
-def systemd_run_argv(unit: str, argv: list[str], log_path: str, chdir: str, env: dict) -> list[str]:
-    """The systemd-run command for a transient service running ``argv`` logging to ``log_path``."""
+def systemd_run_argv(unit: str, argv: list[str], log_path: str, chdir: str, env: dict,
+                     service: bool = False) -> list[str]:
+    """The systemd-run command for a transient service running ``argv`` logging to ``log_path``;
+    ``service`` (playbooks/serve.yml's lasting server): restarted on failure, logging to journald
+    (``journalctl -u <unit>``) instead."""
+    output = ["--property=StandardOutput=journal", "--property=StandardError=journal",
+              f"--property=SyslogIdentifier={unit}", "--property=Restart=on-failure", "--property=RestartSec=5"] \
+        if service else [f"--property=StandardOutput=append:{log_path}", f"--property=StandardError=append:{log_path}"]
     cmd = [
         "systemd-run", f"--unit={unit}", "--collect", "--quiet", "--service-type=exec",
-        "--property=KillMode=control-group",
-        f"--property=StandardOutput=append:{log_path}",
-        f"--property=StandardError=append:{log_path}",
+        "--property=KillMode=control-group", *output,
         f"--property=WorkingDirectory={chdir}",
     ]
     cmd += [f"--setenv={k}={v}" for k, v in sorted(env.items())]
@@ -192,8 +196,10 @@ def _systemctl_show(unit: str, props: tuple[str, ...]) -> dict:
     return values
 
 
-def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str, env: dict) -> dict:
-    """Start ``argv`` detached; return pid, pgid, starttime, unit, launcher, log_offset."""
+def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str, env: dict,
+           service: bool = False) -> dict:
+    """Start ``argv`` detached; return pid, pgid, starttime, unit, launcher, log_offset (``service``:
+    see systemd_run_argv; a session launch is the same either way)."""
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     os.makedirs(chdir, exist_ok=True)
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
@@ -205,7 +211,7 @@ def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str,
     if kind == "systemd":
         subprocess.run(["systemctl", "reset-failed", unit], capture_output=True, check=False)
         unit_env = forwarded_environment(dict(os.environ), env)
-        proc = subprocess.run(systemd_run_argv(unit, argv, log_path, chdir, unit_env), capture_output=True,
+        proc = subprocess.run(systemd_run_argv(unit, argv, log_path, chdir, unit_env, service), capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
             raise LaunchError(f"systemd-run could not start unit {unit}: {proc.stderr.strip() or proc.stdout.strip()}")

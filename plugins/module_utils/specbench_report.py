@@ -254,16 +254,9 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     lines.extend(separate_lines(summary))
     table = summary.get("adaptive_table")
     engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
-    if table and "vllm" in engines:
-        # SGLang's table means nothing to a vLLM server: say so instead of printing it.
-        lines.append("## Speculation by batch size")
-        lines.append("")
-        # vLLM's per-batch-size schedule (SpeculativeConfig.num_speculative_tokens_per_batch_size,
-        # vllm/config/speculative.py) is not emitted yet: SGLang's table is not its format.
-        lines.append("These modes ran on vLLM: SGLang's `--speculative-adaptive-config` table does not apply to it. "
-                     "The verdict above is the advice (serve the speculative mode where it pays, the baseline "
-                     "elsewhere).")
-        lines.append("")
+    if "vllm" in engines:
+        # SGLang's table means nothing to a vLLM server: vLLM's own per-batch-size schedule instead.
+        lines.extend(_vllm_schedule_section(summary.get("serve_schedule")))
         table = None
     if table:
         lines.append("## SGLang adaptive speculation")
@@ -307,6 +300,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
             lines.append(f"| {row['concurrency']} | {row['better_mode']} | "
                          f"{_with_ci(row['ratio_to_better'], row['ratio_to_better_ci95'], 3)} |")
         lines.append("")
+    lines.extend(_served_section(summary.get("served")))
     servers = summary.get("servers") or {}
     if servers:
         lines.append("## Servers")
@@ -336,6 +330,50 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.append("Results files: " + ", ".join(f"`{os.path.basename(p)}`" for p in sources.values()) + ".")
         lines.append("")
     return "\n".join(lines)
+
+
+def _vllm_schedule_section(plan: dict | None) -> list[str]:
+    """vLLM's num_speculative_tokens_per_batch_size (vllm/config/speculative.py), what serve.yml serves."""
+    lines = ["## Speculation by batch size (vLLM)", ""]
+    if not plan or not plan.get("schedule"):
+        lines.append(f"serve.yml serves {_md((plan or {}).get('text') or 'the baseline')}.")
+        lines.append("")
+        return lines
+    lines.append(f"serve.yml serves {_md(plan['text'])}. The rule: {_md(plan['rule'])}. Inside "
+                 "`--speculative-config` as `num_speculative_tokens_per_batch_size` (`[range_start, range_end, k]`, "
+                 "inclusive; k = 0 is plain decode):")
+    lines.append("")
+    lines.append("```json")
+    lines.append(json.dumps(plan["schedule"]))
+    lines.append("```")
+    lines.append("")
+    return lines
+
+
+def _served_section(served: dict | None) -> list[str]:
+    """The serve proof (serve.json, written by playbooks/serve.yml), when the run was served."""
+    if not served:
+        return []
+    lines = ["## Served", ""]
+    verdict = "**verified**" if served.get("verified") else "**not verified**"
+    service = served.get("service") or {}
+    how = (f"systemd unit `{service.get('unit')}`" if service.get("launcher") == "systemd"
+           else f"a detached session (pid {service.get('pid')})")
+    reason = str(served.get("text") or "").split(": ", 1)[-1]
+    lines.append(f"`{_md(served.get('mode'))}` served at {served.get('base_url')} as {how}, run `{served.get('run_id')}`: "
+                 f"{verdict} ({_md(reason)}).")
+    if served.get("rollback"):
+        lines.append(f"Rolled back: {_md(served['rollback'].get('text'))}.")
+    lines.append(f"Launch command: `{_md(' '.join(str(a) for a in served.get('launch_command') or []))}`")
+    lines.append("")
+    lines.append("| C | served tok/s [95%] | best static mode | its tok/s | served / best [95%] | verdict |")
+    lines.append("|---:|---|---|---:|---|---|")
+    for row in served.get("levels") or []:
+        lines.append(f"| {row['concurrency']} | {_with_ci(row['served_tok_per_s'], row['served_ci95'])} | "
+                     f"{row['best_static_mode'] or '-'} | {_f(row['best_static_tok_per_s'])} | "
+                     f"{_with_ci(row['ratio'], row['ratio_ci95'], 3)} | {row['verdict']} |")
+    lines.append("")
+    return lines
 
 
 def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:

@@ -63,6 +63,12 @@ options:
     description: Working directory of the server (created if missing).
     type: path
     required: true
+  service:
+    description:
+      - A lasting service (playbooks/serve.yml). With C(systemd), the unit restarts on failure and logs to
+        journald (C(journalctl -u) I(unit)); with C(session), nothing changes.
+    type: bool
+    default: false
   environment:
     description: Extra environment variables for the server.
     type: dict
@@ -171,6 +177,7 @@ def main():
             "unit": {"type": "str", "default": "specbench-sglang"},
             "chdir": {"type": "path", "required": True},
             "environment": {"type": "dict", "default": {}},
+            "service": {"type": "bool", "default": False},
             "record": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
@@ -195,7 +202,7 @@ def main():
         if module.check_mode:
             module.exit_json(changed=True, already_running=False, launcher=launcher, command=argv,
                              unit=p["unit"] if launcher == "systemd" else None, log_path=p["log_path"])
-        started = launch(argv, p["log_path"], launcher, p["unit"], p["chdir"], p["environment"])
+        started = launch(argv, p["log_path"], launcher, p["unit"], p["chdir"], p["environment"], p["service"])
     except LaunchError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:

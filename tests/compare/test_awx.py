@@ -43,7 +43,7 @@ def test_ansible_builder_turns_the_execution_environment_into_a_build_context(tm
     assert "psmisc" in (context / "_build" / "bindep.txt").read_text()
 
 
-@pytest.mark.parametrize("name", ["bench", "compare", "report"])
+@pytest.mark.parametrize("name", ["bench", "compare", "report", "serve"])
 def test_surveys_follow_awxs_survey_spec(name):
     spec = surveys()[name]
     assert spec["name"] and spec["description"] and spec["spec"]
@@ -77,6 +77,13 @@ def test_survey_choices_are_the_modes_and_apis_the_code_knows():
     own = {"compare_modes", "compare_launches", "compare_refine", "compare_refine_ratio", "compare_refine_budget_s"}
     assert set(compare) - own == set(bench) - {"mode"}
     assert own <= set(compare)
+    # serve asks the role's own knobs, with the choices its argument spec allows.
+    serve = {q["variable"]: q for q in s["serve"]["spec"]}
+    spec = yaml.safe_load((ROOT / "roles/serve/meta/argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    for name, question in serve.items():
+        if name in spec and question["type"] == "multiplechoice":
+            assert question["choices"] == spec[name]["choices"], name
+    assert set(serve) - {"run_id"} <= set(spec)
 
 
 def test_job_templates_name_playbooks_and_surveys_that_exist_and_pass_syntax_check():

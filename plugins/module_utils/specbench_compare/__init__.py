@@ -22,6 +22,8 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``output_match``: each mode's greedy outputs held against the baseline's;
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
+- ``schedule``: what serve.yml serves (the mode, vLLM's per-batch-size schedule);
+- ``serve_proof``: the served configuration's confirmatory sweep held against the run.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .confounders import capacity_settings, confounders, gpu_checks, outcome_err
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
 from .intervals import borrow_ci, level_figures, log_half_width, ratio_ci
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
-from .pooling import POOLED_METHOD, pool_level, pool_runs, run_seconds, split_run_name
+from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
     adaptive_table,
@@ -41,6 +43,8 @@ from .recommend import (
     speculate_ranges,
 )
 from .refine import refine_plan
+from .schedule import SCHEDULE_RULE, schedule_words, serve_plan, vllm_schedule
+from .serve_proof import ON_REGRESSION, best_static, proof_rows, proof_verdict, regression_action, rollback_mode
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
 from .traffic_prometheus import bin_running, check_traffic_input, read_traffic, resolve_traffic
@@ -66,7 +70,9 @@ __all__ = [
     "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "interpolated_crossing", "level_failure",
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
-    "series_status", "sglang_adaptive_config", "speculate_ranges", "split_run_name", "summarize_host", "tracking",
+    "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
+    "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
+    "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
     "traffic_gains", "check_traffic_input", "resolve_traffic",

@@ -29,6 +29,12 @@ CAPACITY_KEYS = (
     "attention_backend",
     "max_queued_requests",
     "enable_torch_compile",
+    # vLLM's (role vllm_server's capacity settings, the same in every mode by construction)
+    "tensor_parallel_size",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
 )
 # A level whose throughput interval is wider than this (relative half-width) is flagged as noisy.
 NOISY_HALF_WIDTH = 0.10

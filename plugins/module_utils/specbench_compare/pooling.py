@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import datetime
+import json
 import math
+import os
 
 from ..specbench_client.stats import t975
 from .common import _interval, _num
@@ -132,3 +134,43 @@ def run_seconds(result: dict) -> float | None:
     except ValueError:
         return None
     return max(0.0, (end - start).total_seconds())
+
+
+# Files compare_results and serve.yml write in a host folder: never read back as a mode's results.
+OWN_FILES = {"summary.json", "compare-run.json", "adaptive-config.json", "adaptive-vars.json", "serve.json"}
+
+
+def _load_json(path: str):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str]) -> dict:
+    """mode -> results dict for one host folder; unreadable files become warnings.
+
+    ``<mode>@<tag>.json`` files are further runs of ``<mode>`` (compare_launches, refinement
+    rounds): pooled with ``<mode>.json`` by specbench_compare.pool_runs.
+    """
+    runs: dict = {}
+    if not os.path.isdir(host_dir):
+        return {}
+    names = sorted(n for n in os.listdir(host_dir) if n.endswith(".json") and n not in OWN_FILES and not n.startswith("."))
+    for name in names:
+        mode, tag = split_run_name(name[: -len(".json")])
+        if modes is not None and mode not in modes:
+            continue
+        path = os.path.join(host_dir, name)
+        try:
+            data = _load_json(path)
+        except (OSError, ValueError) as exc:
+            warnings.append(f"{path}: not readable as JSON ({exc}); {mode} left out of the comparison")
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
+            if modes is not None:
+                warnings.append(f"{path}: not a results file (no levels list); {mode} left out of the comparison")
+            continue
+        if data.get("mode") not in (None, mode):
+            warnings.append(f"{path}: says mode {data.get('mode')!r} but is named {name}; read as {mode}")
+        data["_path"] = path
+        runs.setdefault(mode, []).append((tag, data))
+    return {mode: pool_runs(found) for mode, found in runs.items()}

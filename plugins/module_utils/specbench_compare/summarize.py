@@ -19,6 +19,7 @@ from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, level_figures, ratio_ci
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
+from .schedule import SCHEDULE_RULE, serve_plan
 from .traffic import TRAFFIC_METHOD, traffic_gains
 from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
 
@@ -314,13 +315,26 @@ def summarize_host(
             "version": _server(results[m]).get("version"),
             "command": _server(results[m]).get("command"),
             "capacity": capacity_settings(results[m]),
+            "speculative_config": _server(results[m]).get("speculative_config") or None,
             "running_cap": running_cap(results[m]),
         }
         for m in modes
         if m in results
     }
     summary["bench_settings"] = {m: results[m].get("settings") for m in modes if m in results}
+    summary["serve_schedule"] = None
+    if any(info.get("engine") == "vllm" for info in summary["servers"].values()):
+        summary["serve_schedule"] = serve_schedule(summary)
     return summary
+
+
+def serve_schedule(summary: dict) -> dict:
+    """What serve.yml would serve on vLLM (schedule.serve_plan), for the report beside SGLang's table."""
+    try:
+        plan = serve_plan(summary, "vllm")
+    except ValueError as exc:
+        return {"mode": None, "schedule": None, "text": f"no schedule: {exc}", "rule": SCHEDULE_RULE}
+    return {"mode": plan["mode"], "schedule": plan["schedule"], "text": plan["text"], "rule": SCHEDULE_RULE}
 
 
 def mode_series(result: dict) -> list[dict]:

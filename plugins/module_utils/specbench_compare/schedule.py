@@ -1,0 +1,152 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""What to serve from a run's summary: vLLM's per-batch-size schedule and the mode to launch.
+
+vLLM's ``--speculative-config`` takes ``num_speculative_tokens_per_batch_size``: a list of
+inclusive ranges ``[range_start, range_end, k]`` (vllm/config/speculative.py, SpeculativeConfig;
+checked by ``validate_and_normalize_dynamic_sd_schedule`` in vllm/v1/spec_decode/dynamic/utils.py:
+the first range must start at 1, ranges sorted and disjoint, k >= 0). ``build_dynamic_sd_schedule_lookup``
+there carries the LAST range's k to every batch size above it (up to max_num_seqs), and k = 0 at a
+batch size means no drafting. So the schedule here always spells out every batch size from 1 to the
+server's max_num_seqs, and ends with k = 0 unless speculation clearly pays at the top.
+
+The rule (speculation never on beyond evidence): k at the batch sizes from a level that clearly
+pays through the next level when that one clearly pays too (both ends of the stretch pay); 0
+everywhere else: at levels that lose, are unclear, failed or were saturated (no evidence), from
+the batch size after a paying level when the next level does not pay (the crossover bracket's
+lower end), below the lowest level measured when it is above 1, and above the highest level
+measured. Where no level pays, no schedule: the baseline is served.
+"""
+
+from __future__ import annotations
+
+from .common import BASELINE
+from .verdict import PAYS
+
+SCHEDULE_RULE = ("k from a level that clearly pays through the next one when it pays too; 0 at levels that lose, are "
+                 "unclear, failed or saturated, from the batch size after a paying level when the next does not pay "
+                 "(the crossover bracket's lower end), below the lowest and above the highest level measured")
+
+
+def vllm_schedule(levels: list[dict], k: int, max_batch: int) -> list[list[int]] | None:
+    """``[[range_start, range_end, k_or_0], ...]`` covering 1..max_batch, or None where no level pays.
+
+    ``levels``: one comparison's rows (``concurrency``, ``verdict``); ``k``: the mode's
+    num_speculative_tokens; ``max_batch``: the server's max_num_seqs (the largest batch size).
+    """
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"num_speculative_tokens must be a positive integer, got {k!r}")
+    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        raise ValueError(f"max_num_seqs must be a positive integer, got {max_batch!r}")
+    rows = sorted((int(r["concurrency"]), r.get("verdict")) for r in levels if isinstance(r.get("concurrency"), int))
+    per_bs = [0] * (max_batch + 1)  # index = batch size; 0 unused
+    for n, (conc, verdict) in enumerate(rows):
+        if verdict != PAYS or conc > max_batch:
+            continue
+        per_bs[conc] = k
+        nxt = rows[n + 1] if n + 1 < len(rows) else None
+        if nxt and nxt[1] == PAYS:
+            for bs in range(conc, min(nxt[0], max_batch + 1)):
+                per_bs[bs] = k
+    if not any(per_bs):
+        return None
+    out: list[list[int]] = []
+    for bs in range(1, max_batch + 1):
+        if out and out[-1][2] == per_bs[bs]:
+            out[-1][1] = bs
+        else:
+            out.append([bs, bs, per_bs[bs]])
+    return out
+
+
+def schedule_words(schedule: list[list[int]] | None) -> str:
+    """[[1, 4, 3], [5, 32, 0]] -> 'k=3 at batch sizes 1-4; off (0) at 5-32'."""
+    if not schedule:
+        return "no speculation (the baseline)"
+    parts = []
+    for start, end, k in schedule:
+        where = f"{start}" if start == end else f"{start}-{end}"
+        parts.append(f"k={k} at batch sizes {where}" if k else f"off (0) at {where}")
+    return "; ".join(parts)
+
+
+def _k_of(summary: dict, mode: str) -> int | None:
+    """The mode's num_speculative_tokens, from its server's speculative config (summary ``servers``)."""
+    spec = ((summary.get("servers") or {}).get(mode) or {}).get("speculative_config")
+    value = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _max_batch(summary: dict) -> int | None:
+    """The servers' max_num_seqs (the same in every mode: compare refuses a run where it differs)."""
+    for info in (summary.get("servers") or {}).values():
+        value = ((info or {}).get("capacity") or {}).get("max_num_seqs")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def _paying(comp: dict) -> list[float]:
+    return [r["speedup"] for r in comp.get("levels") or [] if r.get("verdict") == PAYS and r.get("speedup")]
+
+
+def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dict:
+    """What serve.yml launches from a host's summary.json: ``{mode, engine, schedule,
+    adaptive_config, text}``.
+
+    SGLang and the emulator: the primary comparison's recommendation. Speculation pays at every
+    level measured -> that mode as is; pays only somewhere -> ``<mode>-adaptive`` with the run's
+    adaptive table (turning it off elsewhere); pays nowhere (or no clear level) -> the baseline.
+    vLLM: among the speculative modes compared, the one that clearly pays at the most levels (ties:
+    the larger product of its paying speedups; then compare_modes' order), with its schedule
+    (``vllm_schedule``); the baseline where none pays. ``serve_mode`` overrides the choice (for
+    vLLM a speculative mode keeps the schedule derived from its own levels, the baseline none).
+    """
+    base = summary.get("baseline_mode") or BASELINE
+    comps = summary.get("comparisons") or {}
+    if engine == "vllm":
+        candidates = [m for m in comps if not m.endswith("-adaptive")]
+        if serve_mode is None:
+            ranked = sorted(candidates, key=lambda m: (-len(_paying(comps[m])), -_product(_paying(comps[m]))))
+            serve_mode = next((m for m in ranked if _paying(comps[m])), base)
+        if serve_mode == base:
+            return _plan(serve_mode, engine, None, None, "the baseline: speculation clearly pays at no "
+                         "level measured" if not any(_paying(comps[m]) for m in candidates) else "the baseline (asked for)")
+        if serve_mode not in comps:
+            raise ValueError(f"serve_mode={serve_mode} was not compared in this run (compared: "
+                             f"{', '.join([base, *comps])}): pick one of those")
+        k, max_batch = _k_of(summary, serve_mode), _max_batch(summary)
+        if k is None or max_batch is None:
+            raise ValueError(f"the run's summary does not say {serve_mode}'s num_speculative_tokens or the servers' "
+                             "max_num_seqs: re-render it with this version (ansible-playbook playbooks/report.yml)")
+        schedule = vllm_schedule(comps[serve_mode]["levels"], k, max_batch)
+        if schedule is None:
+            return _plan(base, engine, None, None, f"the baseline: {serve_mode} clearly pays at no level measured")
+        return _plan(serve_mode, engine, schedule, None,
+                     f"{serve_mode} with num_speculative_tokens_per_batch_size: {schedule_words(schedule)}")
+    spec = summary.get("spec_mode")
+    if serve_mode is not None:
+        table = summary.get("adaptive_config") if serve_mode.endswith("-adaptive") else None
+        return _plan(serve_mode, engine, None, table, f"{serve_mode} (asked for with serve_mode)")
+    ranges = summary.get("speculate_ranges") or []
+    if not spec or not ranges:
+        return _plan(base, engine, None, None, "the baseline: speculation clearly pays at no level measured")
+    if ranges == [[1, None]]:
+        return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured")
+    adaptive = spec if spec.endswith("-adaptive") else f"{spec}-adaptive"
+    return _plan(adaptive, engine, None, summary.get("adaptive_config"),
+                 f"{adaptive} with the run's adaptive table: speculation on where {spec} clearly pays, off elsewhere")
+
+
+def _product(values: list[float]) -> float:
+    out = 1.0
+    for value in values:
+        out *= value
+    return out
+
+
+def _plan(mode, engine, schedule, adaptive_config, text) -> dict:
+    return {"mode": mode, "engine": engine, "schedule": schedule,
+            "adaptive_config": adaptive_config, "text": text}

@@ -1,0 +1,146 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""The serve proof: the served configuration's confirmatory sweep held against the run, level by level.
+
+At each level of the run the served throughput (its 95% interval from the client) is divided by
+the best static mode's (the highest throughput among the run's non-adaptive modes measured with a
+rate there, its interval from the run), the ratio's interval from ``intervals.ratio_ci`` (the same
+delta method as every speedup). Per level:
+
+- ``worse``: the interval lies below 1 (clearly slower than the best static mode): the proof fails;
+- ``better``: the interval lies above 1;
+- ``matches``: the interval straddles 1 and lies inside [1 - margin, 1 / (1 - margin)]
+  (``serve_match_margin``): as fast as the best static mode, to that margin;
+- ``unclear``: anything else (the interval straddles 1 and is wider than the margin, no interval,
+  a side measured nothing): never verified.
+
+``verified`` is true only when every level is ``better`` or ``matches``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .common import _rnd, _rnd_pair
+from .intervals import level_figures, ratio_ci
+from .verdict import level_failure, level_saturation
+
+WORSE, BETTER, MATCHES, UNCLEAR = "worse", "better", "matches", "unclear"
+ON_REGRESSION = ("rollback", "keep", "fail")
+
+
+def _levels(result: dict | None) -> dict:
+    return {lv["concurrency"]: lv for lv in (result or {}).get("levels") or []
+            if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)}
+
+
+def _rate(level: dict | None):
+    """(throughput, ci) of a level that measured a rate and was no-one's bottleneck, else (None, None)."""
+    if not level or level_failure(level) or level_saturation(level):
+        return None, None
+    fig = level_figures(level)
+    return fig["throughput"], fig["throughput_ci95"]
+
+
+def best_static(results: dict[str, dict], conc: int) -> tuple[str | None, float | None, list | None]:
+    """(mode, throughput, ci95) of the fastest non-adaptive mode the run measured at ``conc``."""
+    best = (None, None, None)
+    for mode, result in results.items():
+        if mode.endswith("-adaptive"):
+            continue
+        thr, ci = _rate(_levels(result).get(conc))
+        if thr is not None and (best[1] is None or thr > best[1]):
+            best = (mode, thr, ci)
+    return best
+
+
+def level_verdict(ratio, ci, margin: float) -> str:
+    """worse / better / matches / unclear (module docstring)."""
+    if ratio is None or ci is None:
+        return UNCLEAR
+    if ci[1] < 1.0:
+        return WORSE
+    if ci[0] > 1.0:
+        return BETTER
+    if ci[0] >= 1.0 - margin and ci[1] <= 1.0 / (1.0 - margin):
+        return MATCHES
+    return UNCLEAR
+
+
+def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None) -> list[dict]:
+    """One row per level of the run: the served sweep (a results file) against the best static mode
+    there (or against ``reference``, one mode of the run, for a rollback's own check)."""
+    if not 0 < margin < 0.5:
+        raise ValueError(f"serve_match_margin must lie in (0, 0.5), got {margin!r}")
+    levels = sorted({c for r in results.values() for c in _levels(r)})
+    mine = _levels(served)
+    rows = []
+    for conc in levels:
+        if reference is None:
+            mode, ref, ref_ci = best_static(results, conc)
+        else:
+            mode = reference
+            ref, ref_ci = _rate(_levels(results.get(reference)).get(conc))
+        thr, ci = _rate(mine.get(conc))
+        ratio, ratio_ci95 = ratio_ci(thr, ci, ref, ref_ci) if thr is not None and ref else (None, None)
+        rows.append({
+            "concurrency": conc,
+            "served_tok_per_s": _rnd(thr, 3),
+            "served_ci95": _rnd_pair(ci, 3),
+            "best_static_mode": mode,
+            "best_static_tok_per_s": _rnd(ref, 3),
+            "ratio": _rnd(ratio),
+            "ratio_ci95": _rnd_pair(ratio_ci95),
+            "verdict": level_verdict(ratio, ratio_ci95, margin),
+            "why": (level_failure(mine.get(conc)) or "; ".join(level_saturation(mine.get(conc)))
+                    or ("not measured by the served sweep" if conc not in mine else None)
+                    or ("no static mode measured a rate here" if ref is None else None)),
+        })
+    return rows
+
+
+def proof_verdict(rows: list[dict]) -> dict:
+    """``{verified, worse, unclear, text}`` from the rows: verified only when no level is worse or unclear."""
+    worse = [r["concurrency"] for r in rows if r["verdict"] == WORSE]
+    unclear = [r["concurrency"] for r in rows if r["verdict"] == UNCLEAR]
+    verified = bool(rows) and not worse and not unclear
+    if not rows:
+        text = "not verified: no level to hold the served configuration against"
+    elif verified:
+        text = "verified: at every level as fast as the best static mode or faster (95% intervals)"
+    else:
+        parts = []
+        if worse:
+            parts.append(f"clearly slower than the best static mode at C={', '.join(map(str, worse))}")
+        if unclear:
+            parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: bench_window_s, bench_warmup_s)")
+        text = "not verified: " + "; ".join(parts)
+    return {"verified": verified, "worse": worse, "unclear": unclear, "text": text}
+
+
+def regression_action(rows: list[dict], on_regression: str) -> str | None:
+    """None when no level is clearly worse, else what serve_on_regression says to do."""
+    if on_regression not in ON_REGRESSION:
+        raise ValueError(f"serve_on_regression={on_regression!r}: use one of {', '.join(ON_REGRESSION)}")
+    return on_regression if any(r["verdict"] == WORSE for r in rows) else None
+
+
+def rollback_mode(results: dict[str, dict]) -> str | None:
+    """The static mode to fall back to: the one fastest at the most levels of the run (the levels
+    that matter most are those where a mode wins); ties: the highest geometric mean of its
+    throughput over the best's at every level; then the name. None when no level has a rate."""
+    levels = sorted({c for r in results.values() for c in _levels(r)})
+    wins: dict[str, int] = {}
+    logs: dict[str, float] = {}
+    for conc in levels:
+        mode, best, _ci = best_static(results, conc)
+        if mode is None:
+            continue
+        wins[mode] = wins.get(mode, 0) + 1
+        for other, result in results.items():
+            thr, _unused = _rate(_levels(result).get(conc))
+            if not other.endswith("-adaptive") and thr:
+                logs[other] = logs.get(other, 0.0) + math.log(thr / best)
+    if not wins:
+        return None
+    return sorted(logs, key=lambda m: (-wins.get(m, 0), -logs[m], m))[0]

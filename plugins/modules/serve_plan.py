@@ -1,0 +1,169 @@
+#!/usr/bin/python
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serve_plan
+short_description: What playbooks/serve.yml serves on a host, from a run's results
+version_added: "0.2.0"
+description:
+  - Reads C(<results_dir>/<run_id>/<host>/summary.json) and the run's results files (run it on the
+    controller, with C(delegate_to) localhost) and returns what to serve there, from
+    C(specbench_compare.serve_plan) - SGLang and the emulator follow the run's recommendation (the
+    adaptive table where speculation pays only somewhere); vLLM serves the speculative mode that pays
+    at the most levels with a C(num_speculative_tokens_per_batch_size) schedule, or the baseline.
+  - With I(settings) (the capacity settings the launch role rendered), refuses any that differ from
+    the ones the run measured, naming the variable to set (compare's fairness rule).
+  - Also returns the run's levels and benchmark settings (the proof sweep repeats them) and the
+    host's current C(serve.json), if any. Changes nothing.
+author:
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
+options:
+  results_dir:
+    description: The results folder on the controller.
+    type: path
+    required: true
+  run_id:
+    description: The run to serve (a folder under I(results_dir)).
+    type: str
+    required: true
+  host:
+    description: The host's folder in the run.
+    type: str
+    required: true
+  engine:
+    description: The engine served (C(emulator), C(sglang) or C(vllm)); must be the one the run measured.
+    type: str
+    required: true
+  serve_mode:
+    description: Serve this mode instead of the derived one (one the run compared).
+    type: str
+  settings:
+    description: The capacity settings about to be launched (C(<launch role>_command.settings)); checked when given.
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: What to serve
+  specbench.core.serve_plan:
+    results_dir: results
+    run_id: 20260227T182500Z
+    host: "{{ inventory_hostname }}"
+    engine: vllm
+  delegate_to: localhost
+  register: plan
+"""
+
+RETURN = r"""
+plan:
+  description: "C({mode, engine, schedule, adaptive_config, text}): the mode to launch, vLLM's schedule, SGLang's table."
+  returned: success
+  type: dict
+levels:
+  description: The run's concurrency levels.
+  returned: success
+  type: list
+  elements: int
+bench:
+  description: The run's benchmark settings (api, input_len, output_len, warmup_s, window_s, seed).
+  returned: success
+  type: dict
+current:
+  description: The host's serve.json as it is now (empty when the run was never served there).
+  returned: success
+  type: dict
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+
+BENCH_KEYS = ("api", "input_len", "output_len", "warmup_s", "window_s", "seed")
+
+
+def _read(path: str):
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def fairness(results: dict, settings: dict) -> list[str]:
+    """Each capacity setting about to be launched that differs from the run's (compare's rule)."""
+    launched = cmp.capacity_settings({"server": {"settings": settings}})
+    problems = []
+    for mode, result in results.items():
+        measured = cmp.capacity_settings({"server": {"settings": (result.get("server") or {}).get("settings") or {}}})
+        for key in sorted(set(launched) & set(measured)):
+            if str(launched[key]) != str(measured[key]):
+                problems.append(f"{key} is {launched[key]} now, {measured[key]} when the run measured {mode}")
+    return sorted(set(problems))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "results_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "host": {"type": "str", "required": True},
+            "engine": {"type": "str", "required": True},
+            "serve_mode": {"type": "str"},
+            "settings": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    host_dir = os.path.join(p["results_dir"], p["run_id"], p["host"])
+    path = os.path.join(host_dir, "summary.json")
+    try:
+        summary = _read(path)
+    except (OSError, ValueError) as exc:
+        module.fail_json(msg=f"no readable summary for run {p['run_id']} on {p['host']} ({path}: {exc}): give -e run_id= "
+                             "of a compare.yml run that measured this host, or -e results_dir= where it is")
+    warnings: list[str] = []
+    results = cmp.load_host_results(host_dir, summary.get("modes"), warnings)
+    engines = sorted({str(r.get("engine")) for r in results.values() if r.get("engine")})
+    if engines and p["engine"] not in engines:
+        module.fail_json(msg=f"run {p['run_id']} measured engine {', '.join(engines)} on {p['host']}, not {p['engine']}: "
+                             f"serve it with -e engine={engines[0]}")
+    if p["serve_mode"] and p["serve_mode"] not in (summary.get("modes") or []):
+        module.fail_json(msg=f"serve_mode={p['serve_mode']} was not compared in run {p['run_id']} (compared: "
+                             f"{', '.join(summary.get('modes') or [])}): pick one of those, or leave serve_mode unset")
+    try:
+        plan = cmp.serve_plan(summary, p["engine"], p["serve_mode"] or None)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    if p["settings"] is not None:
+        problems = fairness(results, p["settings"])
+        if problems:
+            module.fail_json(msg="the capacity settings differ from the ones the run measured: " + "; ".join(problems)
+                                 + ". Serve with the run's settings (the same inventory and -e values as compare.yml), "
+                                 "or measure again with compare.yml.")
+    current = {}
+    if os.path.isfile(os.path.join(host_dir, "serve.json")):
+        try:
+            current = _read(os.path.join(host_dir, "serve.json"))
+        except (OSError, ValueError):
+            warnings.append(f"{host_dir}/serve.json is not readable: served again")
+    levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
+                     if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
+    base = results.get(summary.get("baseline_mode") or cmp.BASELINE) or next(iter(results.values()), {})
+    bench = {k: (base.get("settings") or {}).get(k) for k in BENCH_KEYS}
+    module.exit_json(changed=False, plan=plan, levels=levels, bench=bench, current=current, warnings=warnings)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+#!/usr/bin/python
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serve_proof
+short_description: Hold the served configuration's sweep against the run and write serve.json
+version_added: "0.2.0"
+description:
+  - Run on the controller (with C(delegate_to) localhost) after the proof sweep of M(specbench.core.serve_plan)'s
+    plan. At each level of the run, the served throughput over the best static mode's (or, for a
+    rollback's own check, over I(reference)'s), with the ratio's 95% interval
+    (C(specbench_compare.proof_rows); verdicts C(better), C(matches), C(worse), C(unclear)).
+  - Writes C(<results_dir>/<run_id>/<host>/serve.json) at once (atomically), before anything else can
+    fail, then returns what C(serve_on_regression) says to do when a level is clearly worse, and the
+    static mode to roll back to.
+author:
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
+options:
+  results_dir:
+    description: The results folder on the controller.
+    type: path
+    required: true
+  run_id:
+    description: The run served.
+    type: str
+    required: true
+  host:
+    description: The host's folder in the run.
+    type: str
+    required: true
+  served_file:
+    description: The proof sweep's results file (role bench_sweep's).
+    type: path
+    required: true
+  plan:
+    description: The plan served (M(specbench.core.serve_plan)'s C(plan)).
+    type: dict
+    required: true
+  server:
+    description: The launch record of the served server (the launch role's C(specbench_server) fact).
+    type: dict
+    required: true
+  margin:
+    description: C(matches) when the ratio's interval lies inside [1 - margin, 1 / (1 - margin)].
+    type: float
+    default: 0.1
+  on_regression:
+    description: What a clearly worse level leads to.
+    type: str
+    choices: [rollback, keep, fail]
+    default: rollback
+  reference:
+    description: Hold the sweep against this mode of the run only (a rollback's own check).
+    type: str
+  attempt:
+    description: The serve.json of the configuration rolled back from (kept under C(rolled_back_from)).
+    type: dict
+attributes:
+  check_mode:
+    support: full
+    details: Computes the verdicts, writes nothing.
+  diff_mode:
+    support: none
+  facts:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Hold the served sweep against the run
+  specbench.core.serve_proof:
+    results_dir: results
+    run_id: 20260227T182500Z
+    host: "{{ inventory_hostname }}"
+    served_file: results/20260227T182500Z/node-a/serve/20260227T182500Z/node-a/eagle3-adaptive.json
+    plan: "{{ serve_plan_result.plan }}"
+    server: "{{ specbench_server }}"
+  delegate_to: localhost
+  register: proof
+"""
+
+RETURN = r"""
+doc:
+  description: What serve.json holds (docs/CONTRACTS.md, serve.json).
+  returned: success
+  type: dict
+path:
+  description: The serve.json written.
+  returned: success
+  type: str
+verified:
+  description: Every level better than or as fast as the reference.
+  returned: success
+  type: bool
+action:
+  description: rollback, keep or fail when a level is clearly worse; null otherwise.
+  returned: success
+  type: str
+rollback_mode:
+  description: The static mode to roll back to (fastest at the most levels of the run).
+  returned: success
+  type: str
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
+
+SCHEMA = "specbench.serve/1"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "results_dir": {"type": "path", "required": True},
+            "run_id": {"type": "str", "required": True},
+            "host": {"type": "str", "required": True},
+            "served_file": {"type": "path", "required": True},
+            "plan": {"type": "dict", "required": True},
+            "server": {"type": "dict", "required": True},
+            "margin": {"type": "float", "default": 0.1},
+            "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
+            "reference": {"type": "str"},
+            "attempt": {"type": "dict"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    host_dir = os.path.join(p["results_dir"], p["run_id"], p["host"])
+    warnings: list[str] = []
+    results = cmp.load_host_results(host_dir, None, warnings)
+    try:
+        with open(p["served_file"], encoding="utf-8") as fh:
+            served = json.load(fh)
+    except (OSError, ValueError) as exc:
+        served = {"levels": []}
+        warnings.append(f"the proof sweep left no readable results ({p['served_file']}: {exc}): every level unclear")
+    try:
+        rows = cmp.proof_rows(served, results, p["margin"], p["reference"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    verdict = cmp.proof_verdict(rows)
+    action = cmp.regression_action(rows, p["on_regression"])
+    server = p["server"]
+    doc = {
+        "schema": SCHEMA,
+        "run_id": p["run_id"],
+        "host": p["host"],
+        "mode": p["plan"].get("mode"),
+        "engine": p["plan"].get("engine"),
+        "plan": p["plan"],
+        "launch_command": server.get("command"),
+        "base_url": server.get("base_url"),
+        "service": {"launcher": server.get("launcher"), "unit": server.get("unit"), "pid": server.get("pid"),
+                    "starttime": server.get("starttime"), "log_path": server.get("log_path")},
+        "reference": p["reference"] or "best static mode",
+        "margin": p["margin"],
+        "levels": rows,
+        "verified": verdict["verified"],
+        "text": verdict["text"],
+        "on_regression": p["on_regression"],
+        "action": action,
+        "proof_file": os.path.relpath(p["served_file"], host_dir),
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if p["attempt"]:
+        doc["rolled_back_from"] = p["attempt"]
+        doc["rollback"] = {"from": p["attempt"].get("mode"), "to": doc["mode"],
+                           "text": f"{p['attempt'].get('mode')} was clearly slower than the best static mode at "
+                                   f"C={', '.join(map(str, p['attempt'].get('worse') or []))}; serving {doc['mode']} "
+                                   "(fastest at the most levels of the run), held against its own measurement"}
+    doc["worse"] = verdict["worse"]
+    doc["unclear"] = verdict["unclear"]
+    path = os.path.join(host_dir, "serve.json")
+    if not module.check_mode:
+        report.write_atomic(path, report.dump_json(doc))
+    module.exit_json(changed=not module.check_mode, doc=doc, path=path, verified=verdict["verified"], action=action,
+                     rollback_mode=cmp.rollback_mode(results), warnings=warnings)
+
+
+if __name__ == "__main__":
+    main()

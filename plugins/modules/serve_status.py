@@ -1,0 +1,92 @@
+#!/usr/bin/python
+# Copyright: specbench contributors
+# Apache License 2.0 (see galaxy.yml)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: serve_status
+short_description: Whether the server a node's launch record names still runs, answers, and runs a given command
+version_added: "0.2.0"
+description:
+  - Reads the launch record (C(state/server.json), written by M(specbench.core.sglang_launch)) and
+    says whether the recorded server runs (same pid and process start time; for a systemd unit, the
+    unit active and its main pid the recorded one), whether its C(/health) answers 200, and whether
+    its command is I(command). playbooks/serve.yml launches nothing when all three hold.
+  - Changes nothing.
+author:
+  - specbench developers (!UNKNOWN)
+extends_documentation_fragment:
+  - specbench.core.attributes
+options:
+  state_path:
+    description: The launch record on the node.
+    type: path
+    required: true
+  command:
+    description: The command expected to run (serve.json's C(launch_command)); empty matches nothing.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+  facts:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Is the served configuration still up
+  specbench.core.serve_status:
+    state_path: ~/.local/share/specbench/state/server.json
+    command: "{{ serve_plan_result.current.launch_command | default([]) }}"
+  register: status
+"""
+
+RETURN = r"""
+running:
+  description: The recorded server still runs.
+  returned: success
+  type: bool
+healthy:
+  description: Its /health answered 200.
+  returned: success
+  type: bool
+same:
+  description: Its command is I(command).
+  returned: success
+  type: bool
+record:
+  description: The launch record (empty when there is none).
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.specbench.core.plugins.module_utils.sglang_process import http_get, read_state, recorded_alive
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "state_path": {"type": "path", "required": True},
+            "command": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    record = read_state(module.params["state_path"]) or {}
+    running = recorded_alive(record)
+    healthy = False
+    if running and record.get("base_url"):
+        status, _body = http_get(str(record["base_url"]).rstrip("/") + "/health", timeout=5)
+        healthy = status == 200
+    same = bool(module.params["command"]) and record.get("command") == module.params["command"]
+    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record)
+
+
+if __name__ == "__main__":
+    main()

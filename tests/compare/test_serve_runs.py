@@ -1,0 +1,147 @@
+"""playbooks/serve.yml on an emulated node (real processes, localhost only), after one compare.yml
+run on the Llama-3.1-8B/H100 profile (EAGLE-3 pays at C=16 and loses at 64: the analytic
+crossover is near 50), all in one module-scoped fixture:
+
+1. compare.yml: baseline and eagle3 at C = 16 and 64 (short windows);
+2. serve.yml (serve_on_regression: keep): serves eagle3-adaptive with the run's adaptive table,
+   proves it, serve.json written, report.md re-rendered with a Served section;
+3. serve.yml again: the service runs that configuration and answers: ``changed`` nowhere;
+4. serve.yml -e serve_mode=baseline (another configuration replaces the service): the baseline is
+   clearly slower where eagle3 clearly pays (C=16, 1.6x [1.4, 1.8] in a full run): the proof fails
+   there and the default rollback serves the static mode fastest at the most levels (one each: then
+   the one nearest the best over both, eagle3, 0.84 against the baseline's 1 / 1.6), held against
+   its own measurement;
+5. serve.yml -e serve_state=absent: the service stopped, the GPUs (emulated) clean.
+
+The proof's verdicts are statistics: a rollback's own check compares a mode with its own earlier
+measurement, and its 95% intervals may still read "worse" by chance (at most 2.5% per level, one
+side). So the tests hold the outputs to each other (verdicts to their intervals, the play's outcome
+to serve.json's action), never to an expected verdict, except where the run's own interval is far
+from 1 (the baseline at C=16).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from compare_kit import node_vars, not_kept_up, run_playbook
+from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+LLAMA = "llama-3.1-8b-1x-h100"
+LEVELS = [16, 64]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    def build(tmp: Path):
+        node = tmp / "node"
+        # Slowed down (time scale 4, as test_compare_runs's llama host) so two loaded cores keep up at C=64.
+        hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                                    bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
+                                    bench_warmup_s=1.5, bench_window_s=3)}
+        extra = {"results_dir": str(tmp / "results"), "run_id": "srv"}
+        runs = {}
+        try:
+            runs["compare"] = run_playbook(tmp / "c", "playbooks/compare.yml", inventory(hosts), extravars=extra,
+                                           timeout=420)
+            keep = {"serve_on_regression": "keep"}
+            for name, more in (("serve", keep), ("again", keep), ("rollback", {"serve_mode": "baseline"}),
+                               ("absent", {"serve_state": "absent"})):
+                # What the run before left, for the tests (the next run rewrites it).
+                for src, dest in ((tmp / "results/srv/llama/serve.json", tmp / f"before-{name}-serve.json"),
+                                  (tmp / "results/srv/llama/report.md", tmp / f"before-{name}-report.md"),
+                                  (node / "state/server.json", tmp / f"before-{name}-server.json")):
+                    if src.is_file():
+                        dest.write_text(src.read_text())
+                runs[name] = run_playbook(tmp / name, "playbooks/serve.yml", inventory(hosts),
+                                          extravars={**extra, **more}, timeout=300)
+                runs[name].save(tmp / f"{name}.json")
+        finally:
+            kill_node_servers(node)
+        return runs["compare"]
+
+    run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
+    run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in ("serve", "again", "rollback", "absent")
+                 if (tmp / f"{name}.json").is_file()}
+    return run, tmp
+
+
+def host_dir(tmp: Path) -> Path:
+    return tmp / "results" / "srv" / "llama"
+
+
+def test_compare_crosses_on_a_machine_that_kept_up(served):
+    run, tmp = served
+    assert run.rc == 0, run.stdout[-4000:]
+    assert not not_kept_up(host_dir(tmp)), "the machine did not keep up:\n" + "\n".join(not_kept_up(host_dir(tmp)))
+    summary = json.loads((host_dir(tmp) / "summary.json").read_text())
+    assert summary["speculate_ranges"] and summary["speculate_ranges"] != [[1, None]], summary["recommendation"]
+
+
+def test_serve_launches_the_adaptive_table_and_writes_its_proof(served):
+    run, tmp = served
+    first = run.extra["serve"]
+    assert first.rc == 0, first.stdout[-6000:]
+    doc = json.loads((tmp / "before-again-serve.json").read_text())
+    summary = json.loads((host_dir(tmp) / "summary.json").read_text())
+    assert doc["plan"] == cmp.serve_plan(summary, "emulator")  # what the run says, whatever it says
+    # Where the machine kept up (test above) the run crosses: the adaptive table is served.
+    assert doc["mode"] == "eagle3-adaptive", (doc["mode"], summary["speculate_ranges"], not_kept_up(host_dir(tmp)))
+    table = json.loads((host_dir(tmp) / "adaptive-config.json").read_text())
+    assert doc["plan"]["adaptive_config"] == table and "--speculative-adaptive-config" in doc["launch_command"]
+    assert doc["base_url"].startswith("http://127.0.0.1:") and doc["service"]["launcher"] == "session"
+    assert [lv["concurrency"] for lv in doc["levels"]] == LEVELS
+    for row in doc["levels"]:
+        assert set(row) >= {"concurrency", "served_tok_per_s", "served_ci95", "best_static_mode",
+                            "best_static_tok_per_s", "ratio", "ratio_ci95", "verdict"}
+        if row["ratio_ci95"]:
+            low, high = row["ratio_ci95"]
+            assert row["verdict"] == ("worse" if high < 1 else "better" if low > 1 else row["verdict"])
+    assert doc["verified"] == all(r["verdict"] in ("better", "matches") for r in doc["levels"])
+    assert doc["action"] == ("keep" if any(r["verdict"] == "worse" for r in doc["levels"]) else None)
+    report = (tmp / "before-again-report.md").read_text()
+    assert "## Served" in report and "eagle3-adaptive" in report.split("## Served")[1]
+
+
+def test_serving_the_same_run_again_changes_nothing(served):
+    run, _tmp = served
+    again = run.extra["again"]
+    assert again.rc == 0, again.stdout[-6000:]
+    assert again.changed() == [], again.stdout[-6000:]
+    assert "already runs" in again.stdout
+
+
+def test_a_mode_that_loses_is_rolled_back_to_the_best_static_mode(served):
+    run, tmp = served
+    back = run.extra["rollback"]
+    doc = json.loads((host_dir(tmp) / "serve.json").read_text())
+    attempt = doc["rolled_back_from"]
+    assert attempt["mode"] == "baseline" and attempt["action"] == "rollback" and attempt["verified"] is False
+    assert 16 in attempt["worse"], attempt["levels"]  # clearly slower where eagle3 clearly pays
+    results = cmp.load_host_results(str(host_dir(tmp)), None, [])
+    assert doc["mode"] == cmp.rollback_mode(results) == "eagle3", doc["mode"]
+    assert doc["reference"] == "eagle3" and {r["best_static_mode"] for r in doc["levels"]} == {"eagle3"}
+    assert doc["rollback"]["from"] == "baseline" and doc["rollback"]["to"] == "eagle3"
+    # The rollback's own check decides the play: it fails (serve.json written first) only on a worse level.
+    assert (back.rc == 0) == (doc["action"] is None), back.stdout[-6000:]
+    assert "Rolled back" in (host_dir(tmp) / "report.md").read_text()
+    # The service the first serve left was replaced: the teardown before the new launch killed it.
+    replaced = json.loads((tmp / "before-rollback-server.json").read_text())
+    killed = [k.get("pid") for _h, task, res in back.events_of("runner_on_ok") if "wait for clean GPUs" in task
+              for k in res.get("killed") or []]
+    assert replaced["pid"] in killed, killed
+
+
+def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):
+    run, tmp = served
+    absent = run.extra["absent"]
+    assert absent.rc == 0, absent.stdout[-6000:]
+    record = json.loads((tmp / "before-absent-server.json").read_text())
+    teardown = absent.task("then wait for clean GPUs")
+    assert teardown["clean"] is True and record["pid"] in [k["pid"] for k in teardown["killed"]], teardown
