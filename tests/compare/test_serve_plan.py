@@ -202,3 +202,58 @@ def test_a_lasting_systemd_service_restarts_on_failure_and_logs_to_journald():
     assert not any("append:/l.log" in a for a in argv)
     plain = sglang_process.systemd_run_argv("u", ["python3"], "/l.log", "/run", {})
     assert "--property=StandardOutput=append:/l.log" in plain and not any("Restart=" in a for a in plain)
+
+
+# ---------------------------------------------------------------------------------------------
+# The served configuration weighed by traffic (schedule.served_series, then traffic.traffic_gain)
+# ---------------------------------------------------------------------------------------------
+def served_summary():
+    """A vLLM run: n-gram pays at C=1 (2.0x [1.8, 2.2]) and C=4 (1.3x [1.2, 1.4]), loses at C=16."""
+    levels = [{"concurrency": 1, "speedup": 2.0, "speedup_ci95": [1.8, 2.2], "verdict": "pays"},
+              {"concurrency": 4, "speedup": 1.3, "speedup_ci95": [1.2, 1.4], "verdict": "pays"},
+              {"concurrency": 16, "speedup": 0.8, "speedup_ci95": [0.7, 0.9], "verdict": "loses"}]
+    servers = {m: {"engine": "vllm", "capacity": {"max_num_seqs": 32},
+                   "speculative_config": {"method": "ngram", "num_speculative_tokens": 3} if m == "ngram" else None}
+               for m in ("baseline", "ngram")}
+    return {"baseline_mode": "baseline", "spec_mode": "ngram", "servers": servers,
+            "comparisons": {"ngram": {"levels": levels}}}
+
+
+def test_the_served_schedules_gain_on_traffic_by_hand():
+    summary = served_summary()
+    plan = cmp.serve_plan(summary, "vllm")
+    assert plan["schedule"] == [[1, 4, 3], [5, 32, 0]]
+    name, series = cmp.served_series(summary, plan)
+    # Speculating at 1 and 4 (their own figures); the baseline itself from 5 (the off stretch's end
+    # inside the measured range) and at 16; nothing added above 16 (outside stays outside).
+    assert [(r["concurrency"], r["speedup"], r["verdict"]) for r in series] == \
+        [(1, 2.0, "pays"), (4, 1.3, "pays"), (5, 1.0, "baseline served"), (16, 1.0, "baseline served")]
+    traffic = cmp.parse_traffic([{"concurrency": 2, "share": 0.4}, {"concurrency": 8, "share": 0.4},
+                                 {"concurrency": 64, "share": 0.2}])
+    gain = cmp.traffic_gain(series, traffic, name)
+    # C=2: halfway in log C between 1 (2.0) and 4 (1.3): 1.65; C=8: between 5 and 16, both the
+    # baseline: 1.0; C=64: outside. Gain over the known 80%: (0.4 * 1.65 + 0.4 * 1.0) / 0.8 = 1.325.
+    assert gain["gain"] == pytest.approx(1.325)
+    assert gain["outside_share"] == pytest.approx(0.2) and gain["known_share"] == pytest.approx(0.8)
+    # n-gram everywhere interpolates 1.05 at C=8 (between 1.3 and 0.8): (0.4 * 1.65 + 0.4 * 1.05) / 0.8.
+    # The schedule gives that up: no measured level shows speculation paying between 4 and 16.
+    always = cmp.traffic_gain(summary["comparisons"]["ngram"]["levels"], traffic, "ngram")
+    assert always["gain"] == pytest.approx(1.35)
+
+
+def test_the_served_series_keeps_an_unclear_speculating_level_unknown():
+    summary = served_summary()
+    summary["comparisons"]["ngram"]["levels"][1].update(verdict="unclear", speedup_ci95=[0.9, 1.7])
+    plan = cmp.serve_plan(summary, "vllm")
+    assert plan["schedule"] == [[1, 1, 3], [2, 32, 0]]
+    unused, series = cmp.served_series(summary, plan)
+    # Off at the unclear level: the baseline is what runs there, so its gain is known (1.0).
+    assert [(r["concurrency"], r["verdict"]) for r in series] == \
+        [(1, "pays"), (2, "baseline served"), (4, "baseline served"), (16, "baseline served")]
+    # An SGLang-style plan that speculates at an unclear level leaves that traffic unknown.
+    sglang = dict(summary, speculate_ranges=[[1, 4]], adaptive_config={"table": "given"})
+    plan = {"mode": "ngram-adaptive", "schedule": None, "adaptive_config": {"table": "given"}}
+    unused, series = cmp.served_series(sglang, plan)
+    assert [(r["concurrency"], r["verdict"]) for r in series] == [(1, "pays"), (4, "unclear"), (16, "baseline served")]
+    gain = cmp.traffic_gain(series, cmp.parse_traffic([{"concurrency": 2, "share": 1.0}]), "served")
+    assert gain["gain"] is None and gain["unknown_share"] == pytest.approx(1.0)

@@ -43,7 +43,7 @@ from .recommend import (
     speculate_ranges,
 )
 from .refine import refine_plan
-from .schedule import SCHEDULE_RULE, schedule_words, serve_plan, vllm_schedule
+from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
 from .serve_proof import ON_REGRESSION, best_static, proof_rows, proof_verdict, regression_action, rollback_mode
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
@@ -71,6 +71,7 @@ __all__ = [
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
+    "BASELINE_SERVED", "served_series",
     "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",

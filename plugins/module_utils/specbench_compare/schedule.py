@@ -150,3 +150,49 @@ def _product(values: list[float]) -> float:
 def _plan(mode, engine, schedule, adaptive_config, text) -> dict:
     return {"mode": mode, "engine": engine, "schedule": schedule,
             "adaptive_config": adaptive_config, "text": text}
+
+
+BASELINE_SERVED = "baseline served"  # a level where the served configuration is the baseline itself
+
+
+def _on_at(plan: dict, summary: dict, conc: float) -> bool:
+    """Whether the served configuration speculates at batch size ``conc``."""
+    if plan.get("schedule"):
+        return any(start <= conc <= end and k > 0 for start, end, k in plan["schedule"])
+    if plan["mode"] == (summary.get("baseline_mode") or BASELINE):
+        return False
+    if plan["mode"].endswith("-adaptive") and plan.get("adaptive_config") is not None:
+        return any(lo <= conc and (hi is None or conc <= hi) for lo, hi in summary.get("speculate_ranges") or [])
+    return True
+
+
+def served_series(summary: dict, plan: dict) -> tuple[str, list[dict]]:
+    """What the served configuration is expected to gain over the baseline at each measured level,
+    from the run alone (before serve.yml's own proof): ``(name, levels)`` for ``traffic_gain``.
+
+    At a level where it speculates, the speculative mode's measured speedup, interval and verdict
+    (an unclear level stays unclear, so its traffic is unknown); where it does not (k = 0, the
+    adaptive table off, or the baseline served), the baseline itself: speedup 1 exactly, verdict
+    ``baseline served``. Off stretches between two measured levels get their ends as points too, so
+    the interpolation never carries a paying level's speedup into batch sizes served without
+    speculation; nothing is added outside the measured levels (that traffic stays outside)."""
+    base = summary.get("baseline_mode") or BASELINE
+    comps = summary.get("comparisons") or {}
+    spec = plan["mode"][: -len("-adaptive")] if plan["mode"].endswith("-adaptive") and plan["mode"] not in comps \
+        else plan["mode"]
+    source = comps.get(spec) or comps.get(summary.get("spec_mode") or "") or {}
+    rows = [r for r in source.get("levels") or [] if isinstance(r.get("concurrency"), (int, float))]
+    if not rows:
+        return f"served: {plan['mode']}", []
+    lo, hi = min(r["concurrency"] for r in rows), max(r["concurrency"] for r in rows)
+
+    def off(conc: float) -> dict:
+        return {"concurrency": conc, "speedup": 1.0, "speedup_ci95": [1.0, 1.0], "verdict": BASELINE_SERVED}
+
+    out = {r["concurrency"]: (r if plan["mode"] != base and _on_at(plan, summary, r["concurrency"])
+                              else off(r["concurrency"])) for r in rows}
+    for start, end, k in plan.get("schedule") or []:
+        for edge in (start, end):
+            if k == 0 and lo <= edge <= hi and edge not in out:
+                out[edge] = off(edge)
+    return f"served: {plan['mode']}", [out[c] for c in sorted(out)]

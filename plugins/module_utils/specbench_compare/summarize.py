@@ -19,8 +19,8 @@ from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, level_figures, ratio_ci
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
-from .schedule import SCHEDULE_RULE, serve_plan
-from .traffic import TRAFFIC_METHOD, traffic_gains
+from .schedule import SCHEDULE_RULE, serve_plan, served_series
+from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
 
 
@@ -323,8 +323,17 @@ def summarize_host(
     }
     summary["bench_settings"] = {m: results[m].get("settings") for m in modes if m in results}
     summary["serve_schedule"] = None
-    if any(info.get("engine") == "vllm" for info in summary["servers"].values()):
+    engine = "vllm" if any(info.get("engine") == "vllm" for info in summary["servers"].values()) else "sglang"
+    if engine == "vllm":
         summary["serve_schedule"] = serve_schedule(summary)
+    if (summary.get("traffic") or {}).get("traffic"):
+        # The served configuration's expected gain on the same traffic (schedule.served_series).
+        try:
+            name, series = served_series(summary, serve_plan(summary, engine))
+        except ValueError:
+            name, series = None, []
+        if name and series:
+            summary["traffic"]["gains"][name] = traffic_gain(series, summary["traffic"]["traffic"], name)
     return summary
 
 
