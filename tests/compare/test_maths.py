@@ -400,3 +400,18 @@ def test_an_unclear_first_level_is_not_called_slower():
     assert cross["status"] == "unclear_then_loses"
     rec = cmp.recommendation(cross, "eagle3", [1.0, 2.0, 4.0])
     assert "Do not speculate at C=2 to 4" in rec["text"] and "At C=1 the data cannot tell" in rec["text"]
+
+
+def test_speculation_stops_above_the_last_paying_level_when_an_unclear_level_follows():
+    """Pays to C=16, unclear at C=32, loses at C=64: the crossing's bracket [16, 64] puts its
+    interpolated point at 52, but nothing shows speculation paying at 32, so the range ends just
+    above 16; with the losing level next, the interpolated point still ends it."""
+    regions = [{"verdict": "pays", "from_concurrency": 1, "to_concurrency": 16},
+               {"verdict": "unclear", "from_concurrency": 32, "to_concurrency": 32},
+               {"verdict": "loses", "from_concurrency": 64, "to_concurrency": 64}]
+    cross = {"status": "pays_then_unclear", "regions": regions,
+             "crossings": [{"direction": "stops_paying", "bracket": [16, 64], "concurrency": 51.6}]}
+    assert cmp.speculate_ranges(cross) == [[1, 17]]
+    direct = dict(cross, regions=[regions[0], regions[2]],
+                  crossings=[{"direction": "stops_paying", "bracket": [16, 64], "concurrency": 40.2}])
+    assert cmp.speculate_ranges(direct) == [[1, 41]]

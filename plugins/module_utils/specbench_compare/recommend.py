@@ -20,8 +20,10 @@ def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
 
     A paying region's range starts at 1 when it is the lowest region, at ceil(y) after a
     starts_paying crossing at y, else at its first level (below it the data cannot tell); it ends
-    at ceil(x) at a stops_paying crossing at x, stays open when the region is the highest (it pays
-    clearly at the top level), else ends just above its last level (above it the data cannot tell).
+    at ceil(x) at a stops_paying crossing at x whose next region loses (but just above its last level
+    when an unclear, failed or saturated region lies between: speculation is never on without
+    evidence), stays open when the region is the highest (it pays clearly at the top level), else
+    ends just above its last level (above it the data cannot tell).
     """
     del c_min
     status = cross.get("status")
@@ -42,7 +44,12 @@ def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
             first = max(1, math.ceil(start["concurrency"] - 1e-9))
         else:
             first = 1 if n == 0 else int(math.ceil(reg["from_concurrency"]))
-        if stop:
+        nxt = regs[n + 1] if n + 1 < len(regs) else None
+        if stop and nxt is not None and nxt["verdict"] != LOSES:
+            # The crossing's bracket spans an unclear, failed or saturated stretch: no evidence that
+            # speculation pays there, so it stops just above the last level that clearly pays.
+            below = int(math.floor(reg["to_concurrency"])) + 1
+        elif stop:
             below = max(first + 1, math.ceil(stop["concurrency"] - 1e-9))
         else:
             below = None if n == len(regs) - 1 else int(math.floor(reg["to_concurrency"])) + 1
