@@ -192,7 +192,7 @@ def test_the_gain_interval_covers_the_interpolated_truth():
             continue
         n += 1
         true_gain = sum(w * truth[int(float(c))] for c, w in gain["weights"].items())
-        lo, hi = gain["gain_ci95"]
+        lo, hi = list(gain["gain_ci95"])
         hits += lo - 1e-4 <= true_gain <= hi + 1e-4
     assert n >= 300, n
     assert hits / n >= 0.90, (hits, n)

@@ -25,7 +25,9 @@ import math
 import re
 import urllib.error
 import urllib.parse
-import urllib.request
+
+from ansible.module_utils.urls import ConnectionError as UrlsConnectionError
+from ansible.module_utils.urls import open_url
 
 from ..specbench_client.engines import sglang as sglang_engine
 from ..specbench_client.engines import vllm as vllm_engine
@@ -102,13 +104,13 @@ def query_range(spec: dict, timeout: float = 30.0) -> list[list]:
     url = f"{spec['prometheus']}/api/v1/query_range?{params}"
     where = f"{spec['prometheus']}/api/v1/query_range"
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http(s) checked above
+        with open_url(url, timeout=timeout) as resp:  # ansible's urllib wrapper (proxies, TLS checks)
             body = resp.read()
     except urllib.error.HTTPError as exc:
         detail = exc.read()[:300].decode(errors="replace")
         raise TrafficError(f"compare_traffic: {where} answered {exc.code} to query {spec['query']!r} ({detail}): "
                            "check the query and the time range") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UrlsConnectionError) as exc:
         raise TrafficError(f"compare_traffic: cannot read {where} ({exc}): is compare_traffic.prometheus the "
                            "Prometheus server's URL, reachable from the controller?") from None
     try:
