@@ -479,6 +479,15 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
     if not levels:
         return written
     xmin, xmax = min(levels) / 2, max(levels) * 2
+
+    def save(kind: str, fig) -> None:
+        """The figure as PNG bytes, written only when they changed."""
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", dpi=dpi)
+        plt.close(fig)
+        if write_if_changed(os.path.join(outdir, PLOTS[kind]), buf.getvalue()):
+            changed.append(PLOTS[kind])
+        written[kind] = PLOTS[kind]
     host = summary.get("host")
     for kind, key, ylabel, title in (
         ("throughput", "output_tok_per_s", "output tokens / s", "Output throughput"),
@@ -501,12 +510,7 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
             ax.yaxis.set_minor_formatter(plain)
         _finish_axes(ax, levels)
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi)
-        plt.close(fig)
-        if write_if_changed(os.path.join(outdir, PLOTS[kind]), buf.getvalue()):
-            changed.append(PLOTS[kind])
-        written[kind] = PLOTS[kind]
+        save(kind, fig)
     comps = summary.get("comparisons") or {}
     if comps:
         fig, ax = plt.subplots(figsize=(7.5, 4.0))
@@ -525,18 +529,8 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
         ax.set_title(f"Speedup of speculation: {host} (above 1: it pays)", fontsize=10)
         _finish_axes(ax, levels)
         fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=dpi)
-        plt.close(fig)
-        if write_if_changed(os.path.join(outdir, PLOTS["speedup"]), buf.getvalue()):
-            changed.append(PLOTS["speedup"])
-        written["speedup"] = PLOTS["speedup"]
+        save("speedup", fig)
         fig = render_terms_plot(plt, summary, _finish_axes, levels)
         if fig is not None:
-            buf = io.BytesIO()
-            fig.savefig(buf, format="png", dpi=dpi)
-            plt.close(fig)
-            if write_if_changed(os.path.join(outdir, PLOTS["terms"]), buf.getvalue()):
-                changed.append(PLOTS["terms"])
-            written["terms"] = PLOTS["terms"]
+            save("terms", fig)
     return written
