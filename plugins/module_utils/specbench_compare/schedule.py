@@ -21,7 +21,7 @@ measured. Where no level pays, no schedule: the baseline is served.
 from __future__ import annotations
 
 from .common import BASELINE
-from .verdict import PAYS
+from .verdict import BASELINE_SERVED, PAYS
 
 SCHEDULE_RULE = ("k from a level that clearly pays through the next one when it pays too; 0 at levels that lose, are "
                  "unclear, failed or saturated, from the batch size after a paying level when the next does not pay "
@@ -152,9 +152,6 @@ def _plan(mode, engine, schedule, adaptive_config, text) -> dict:
             "adaptive_config": adaptive_config, "text": text}
 
 
-BASELINE_SERVED = "baseline served"  # a level where the served configuration is the baseline itself
-
-
 def _on_at(plan: dict, summary: dict, conc: float) -> bool:
     """Whether the served configuration speculates at batch size ``conc``."""
     if plan.get("schedule"):
@@ -162,7 +159,8 @@ def _on_at(plan: dict, summary: dict, conc: float) -> bool:
     if plan["mode"] == (summary.get("baseline_mode") or BASELINE):
         return False
     if plan["mode"].endswith("-adaptive") and plan.get("adaptive_config") is not None:
-        return any(lo <= conc and (hi is None or conc <= hi) for lo, hi in summary.get("speculate_ranges") or [])
+        # speculate_ranges are [from, below): below is exclusive, None for open (recommend.speculate_ranges)
+        return any(lo <= conc and (hi is None or conc < hi) for lo, hi in summary.get("speculate_ranges") or [])
     return True
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 
 from .common import _interval, _num
-from .verdict import CLEAR, LOSES, PAYS, UNCLEAR, Z975
+from .verdict import BASELINE_SERVED, CLEAR, LOSES, PAYS, UNCLEAR, Z975
 
 TRAFFIC_METHOD = (
     "speedup interpolated linear in log C between neighbouring measured levels; traffic next to an unclear, "
@@ -85,8 +85,7 @@ def _series_points(series: list[dict]) -> list[dict]:
             continue
         r = _num(row["speedup"] if "speedup" in row else row.get("ratio"))
         ci = _interval(row["speedup_ci95"] if "speedup_ci95" in row else row.get("ratio_ci95"))
-        # "baseline served": a level where a served configuration is the baseline itself (schedule.served_series)
-        clear = (row.get("verdict") in (*CLEAR, "baseline served") and r is not None and r > 0 and ci is not None
+        clear = (row.get("verdict") in (*CLEAR, BASELINE_SERVED) and r is not None and r > 0 and ci is not None
                  and ci[0] > 0 and not row.get("saturated"))
         points.append({"c": conc, "r": r, "ci": ci, "clear": clear, "verdict": row.get("verdict")})
     points.sort(key=lambda p: p["c"])

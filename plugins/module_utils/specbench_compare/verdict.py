@@ -16,6 +16,9 @@ from .common import _interval, _num
 
 PAYS, LOSES, UNCLEAR, FAILED = "pays", "loses", "unclear", "failed"
 CLEAR = (PAYS, LOSES)
+# A level where a served configuration is the baseline itself (schedule.served_series): its gain is
+# exactly 1, known without a measurement of its own.
+BASELINE_SERVED = "baseline served"
 STOPS, STARTS = "stops_paying", "starts_paying"
 SATURATED = "saturated"
 Z975 = 1.959964
