@@ -33,9 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "compare"))
+sys.path.insert(0, str(ROOT / "tests"))  # specbench_testkit, which compare_kit builds on
 sys.path.insert(0, str(ROOT / "collections"))
 
-from compare_kit import free_port, inventory, kill_node_servers, node_vars, run_playbook  # noqa: E402
+from compare_kit import node_vars, run_playbook  # noqa: E402
+from specbench_testkit import free_port, inventory, kill_node_servers  # noqa: E402
 
 SEEDS = {"levels": 8, "warmup_s": 30.0, "window_s": 60.0, "modes": 2}
 
