@@ -43,6 +43,36 @@ for extra in (ROOT / "files", ROOT / "collections"):  # the emulator package; sp
 # ---------------------------------------------------------------------------------------------
 # Loopback: ports and HTTP
 # ---------------------------------------------------------------------------------------------
+# .ci/run starts pytest as soon as .venv is built and builds the engines' venvs (.venv-vllm,
+# .venv-sglang) beside it: SPECBENCH_VENV_STATUS names a folder where each build writes a file
+# named for the venv ("vllm", "sglang") holding its exit status once it is done.
+VENV_BUILD_TIMEOUT_S = 1800
+
+
+def venv_pending(name: str) -> bool:
+    """True while .ci/run is still building the engine venv ``name`` beside the tests."""
+    folder = os.environ.get("SPECBENCH_VENV_STATUS")
+    return bool(folder) and not (Path(folder) / name).exists()
+
+
+def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S) -> str | None:
+    """None once the engine venv ``name`` (interpreter ``python``) can be used, else why not:
+    waits for .ci/run's build of it when one runs beside the tests (SPECBENCH_VENV_STATUS)."""
+    folder = os.environ.get("SPECBENCH_VENV_STATUS")
+    if folder:
+        flag = Path(folder) / name
+        deadline = time.monotonic() + timeout
+        while not flag.exists():
+            if time.monotonic() > deadline:
+                return f"the {name} venv was still being built after {timeout:.0f} s (.ci/run prints its log)"
+            time.sleep(1)
+        status = flag.read_text(encoding="utf-8").split()
+        if not status or status[0] != "0":
+            return (f"building the {name} venv failed (exit {status[0] if status else '?'}): .ci/run prints "
+                    "its log at the end")
+    return None if python.exists() else f"no {name} venv: {python} does not exist"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -213,7 +213,9 @@ class ActionModule(ActionBase):
                 save()
 
             def measure(concurrency, run_settings):  # one level, measured by the module on the node
-                res = self._call(task_vars, self._module_args(run_settings, concurrency=[concurrency]))
+                # (measured once there: the loop here measures a saturated level again)
+                res = self._call(task_vars, self._module_args(run_settings, concurrency=[concurrency],
+                                                              saturated_retries=0))
                 levels = res.get("levels") or []
                 if levels:
                     return levels[0]

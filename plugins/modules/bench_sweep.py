@@ -170,6 +170,14 @@ options:
       - Stop after a level that has an error (some or all requests failed).
     type: bool
     default: true
+  saturated_retries:
+    description:
+      - How often to measure a level again when the machine running the client (or the emulator)
+        did not keep up with it (the level's C(saturated) reasons); the earlier attempts are kept
+        in C(remeasured_after). A level still saturated after them stays named so and out of
+        every verdict.
+    type: int
+    default: 1
   flush_cache:
     description:
       - POST C(/flush_cache) before each level of a speculative server, so the server's accept
@@ -403,6 +411,7 @@ ARGUMENT_SPEC = {
     "workers": {"type": "int", "default": DEFAULTS["workers"]},
     "drain": {"type": "bool", "default": DEFAULTS["drain"]},
     "stop_on_error": {"type": "bool", "default": DEFAULTS["stop_on_error"]},
+    "saturated_retries": {"type": "int", "default": DEFAULTS["saturated_retries"]},
     "flush_cache": {"type": "bool", "default": DEFAULTS["flush_cache"]},
     "metrics_interval_s": {"type": "float", "default": DEFAULTS["metrics_interval_s"]},
     "probe": {"type": "bool", "default": False},

@@ -436,6 +436,47 @@ def test_one_sweep_loop_stops_after_a_failed_level(stop_on_error, measured, stat
     assert sc.sweep_outcome(levels[:1], stop_on_error) == ("complete", None)
 
 
+@pytest.mark.parametrize(("retries", "saturated_attempts", "calls", "still_saturated"), [
+    (1, 1, 2, False),  # one saturated attempt, then one that kept up: the second is the level
+    (1, 2, 2, True),   # saturated twice: the level stays saturated (left out of every verdict)
+    (0, 1, 1, True),   # no retries asked: measured once
+    (2, 2, 3, False),
+])
+def test_a_level_the_machine_did_not_keep_up_with_is_measured_again(retries, saturated_attempts, calls,
+                                                                       still_saturated):
+    """The sweep measures a saturated level again (saturated_retries times at most), keeps the
+    earlier attempts' reasons in remeasured_after, and leaves a level that stays saturated named
+    so; a failed level is never measured again (it is an error, not the machine)."""
+    settings = sc.normalize_settings({"concurrency": [4, 8], "saturated_retries": retries})
+    attempts = {4: 0, 8: 0}
+
+    def measure(concurrency, run_settings):
+        del run_settings
+        attempts[concurrency] += 1
+        busy = concurrency == 4 and attempts[4] <= saturated_attempts
+        return {"concurrency": concurrency, "error": None, "started_at": f"t{attempts[concurrency]}",
+                "output_tok_per_s": 80.0 if busy else 100.0,
+                "saturated": ["engine: delivered 80% of its own model's rate"] if busy else []}
+
+    levels = sc.sweep(settings, {}, measure=measure)
+    assert attempts == {4: calls, 8: 1}
+    assert bool(levels[0]["saturated"]) == still_saturated
+    earlier = levels[0].get("remeasured_after", [])
+    assert [e["started_at"] for e in earlier] == [f"t{i}" for i in range(1, calls)]
+    assert all(e["saturated"] and e["output_tok_per_s"] == 80.0 for e in earlier)
+    assert "remeasured_after" not in levels[1]
+
+    attempts.update({4: 0, 8: 0})
+    failed = sc.sweep(settings, {}, measure=lambda c, s: {"concurrency": c, "error": "C=4: boom",
+                                                           "saturated": ["client: busy"]})
+    assert "remeasured_after" not in failed[0]
+
+
+def test_saturated_retries_must_be_a_whole_number_of_zero_or_more():
+    with pytest.raises(sc.SettingsError, match="saturated.retries is -1.*at least 0"):
+        sc.normalize_settings({"concurrency": [1], "saturated_retries": -1})
+
+
 def test_unmeasured_level_has_the_fields_of_a_measured_one():
     level = sc.unmeasured_level(30, "C=30: the module returned no result")
     assert level["error"] == "C=30: the module returned no result" and level["requests_ok"] == 0

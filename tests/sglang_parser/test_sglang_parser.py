@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "node"))
 sys.path.insert(0, str(ROOT / "collections"))
 
+import specbench_testkit as kit  # noqa: E402
 from nodekit import case_outcomes, cases_playbook, localhost_inventory, run_playbook  # noqa: E402
 
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import command as sglang_command  # noqa: E402
@@ -48,8 +49,9 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def sglang_python():
-    if not PYTHON.exists():
-        reason = f"no SGLang venv at {VENV}: run tests/sglang_parser/make_venv.sh (a few minutes, ~2.3 GB)"
+    why = kit.wait_for_venv("sglang", PYTHON)  # waits while .ci/run builds it beside the tests
+    if why:
+        reason = f"no SGLang venv at {VENV}: run tests/sglang_parser/make_venv.sh (a few minutes, ~2.3 GB): {why}"
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)

@@ -52,15 +52,24 @@ def kill_recorded(node_dir: Path) -> None:
 
 
 def venv_missing() -> str | None:
-    """Why the vLLM tests cannot run here, or None."""
-    if not VENV_PYTHON.exists():
+    """Why the vLLM tests cannot run here, or None (also while .ci/run builds the venv beside the
+    tests: the session's first fixture waits for it, wait_for_venv)."""
+    if not VENV_PYTHON.exists() and not kit.venv_pending("vllm"):
         return f"no vLLM venv at {VENV_PYTHON.parent.parent}: run tests/vllm/make_venv.sh (CI does)"
     return None
+
+
+def wait_for_venv() -> None:
+    """Wait for .ci/run's build of the vLLM venv, if one runs beside the tests; fail if it failed."""
+    why = kit.wait_for_venv("vllm", VENV_PYTHON)
+    if why:
+        raise RuntimeError(why)
 
 
 def make_models() -> Path:
     """The tiny models (built once, cached under tests/.tmp; no hub access), under a lock: pytest
     workers may ask at once."""
+    wait_for_venv()
     MODELS.parent.mkdir(parents=True, exist_ok=True)
     with open(MODELS.parent / "vllm-models.lock", "w", encoding="utf-8") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cut in-flight requests at the window's end (no whole-run figure from them)")
     p.add_argument("--keep-going", dest="stop_on_error", action="store_false",
                    help="go on to the next level after a failed one")
+    p.add_argument("--saturated-retries", type=int, default=d["saturated_retries"],
+                   help="measure a level again when the machine did not keep up, at most this often "
+                        "(default %(default)s)")
     p.add_argument("--no-flush-cache", dest="flush_cache", action="store_false",
                    help="do not POST /flush_cache before each level")
     p.add_argument("--metrics-interval-s", type=float, default=d["metrics_interval_s"],

@@ -46,6 +46,7 @@ DEFAULTS = {
     "workers": 0,
     "drain": True,
     "stop_on_error": True,
+    "saturated_retries": 1,
     "flush_cache": True,
     "metrics_interval_s": 1.0,
 }
@@ -212,6 +213,9 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
     out["workers"] = _as_int(s["workers"], label("workers"), 0, "worker processes, or 0 for one per 256 streams")
     out["drain"] = _as_bool(s["drain"], label("drain"))
     out["stop_on_error"] = _as_bool(s["stop_on_error"], label("stop_on_error"))
+    out["saturated_retries"] = _as_int(s["saturated_retries"], label("saturated_retries"), 0,
+                                       "how often to measure a level again that the machine could not keep up "
+                                       "with, e.g. 1 (0: never)")
     out["flush_cache"] = _as_bool(s["flush_cache"], label("flush_cache"))
     out["metrics_interval_s"] = _as_float(s["metrics_interval_s"], label("metrics_interval_s"), 0.0, True,
                                           "seconds between /metrics reads, e.g. 1")

@@ -126,7 +126,9 @@ def category_settings(settings: dict) -> list[tuple]:
 def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dict]:
     """Every level in order (with ``categories: separate``, every level once per category, each
     level then naming its ``category``); ``on_level(level)`` after each (a progress line, a
-    results file rewritten). Stops after a failed level when stop_on_error is set.
+    results file rewritten). Stops after a failed level when stop_on_error is set. A level the
+    machine did not keep up with (``saturated``) is measured again, ``saturated_retries`` times
+    at most; the earlier attempts are listed in ``remeasured_after``.
 
     ``measure(concurrency, settings)`` measures one level; by default here (``run_level``). The
     action plugin passes its own, which runs the level through the module on the node.
@@ -138,6 +140,18 @@ def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dic
     for category, run_settings in category_settings(settings):
         for concurrency in settings["concurrency"]:
             level = measure(concurrency, run_settings)
+            # A level the machine could not keep up with (keepup.saturation: the client's CPU, or
+            # the emulator behind its own model) says nothing about the node: measure it again, up
+            # to saturated_retries times, keeping each earlier attempt's reasons. One that stays
+            # saturated stays named so, and the comparison leaves it out.
+            earlier = []
+            while (level.get("saturated") and not level.get("error")
+                   and len(earlier) < settings.get("saturated_retries", 0)):
+                earlier.append({"started_at": level.get("started_at"), "saturated": level["saturated"],
+                                "output_tok_per_s": level.get("output_tok_per_s")})
+                level = measure(concurrency, run_settings)
+            if earlier:
+                level["remeasured_after"] = earlier
             if category is not None:
                 level["category"] = category
             levels.append(level)

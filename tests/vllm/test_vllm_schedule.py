@@ -1,0 +1,26 @@
+"""vLLM's own validation of the schedule serve.yml gives it (num_speculative_tokens_per_batch_size):
+the module file that expands it, loaded alone from the vLLM venv (it imports nothing of vLLM).
+Here with the vLLM tests, which wait for that venv while .ci/run builds it beside them."""
+from __future__ import annotations
+
+import importlib.util
+
+import vllmkit
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+
+
+def rows(*pairs):
+    return [{"concurrency": c, "verdict": v} for c, v in pairs]
+
+
+def test_the_schedule_passes_vllms_own_validation():
+    """vLLM's own expansion of the schedule (the module file alone: it imports nothing of vLLM)."""
+    vllmkit.wait_for_venv()
+    path = vllmkit.ROOT / ".venv-vllm/lib/python3.11/site-packages/vllm/v1/spec_decode/dynamic/utils.py"
+    spec = importlib.util.spec_from_file_location("vllm_dynamic_sd_utils", path)
+    vutils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vutils)
+    schedule = cmp.vllm_schedule(rows((1, "pays"), (4, "unclear"), (8, "pays"), (16, "loses")), 3, 32)
+    lookup = vutils.build_dynamic_sd_schedule_lookup(schedule, 32, 3)
+    assert lookup[1] == 3 and lookup[4] == 0 and lookup[8] == 3 and lookup[9:] == [0] * 24
