@@ -442,8 +442,8 @@ def test_one_sweep_loop_stops_after_a_failed_level(stop_on_error, measured, stat
     (0, 1, 1, True),   # no retries asked: measured once
     (2, 2, 3, False),
 ])
-def test_a_level_the_machine_did_not_keep_up_with_is_measured_again(retries, saturated_attempts, calls,
-                                                                       still_saturated):
+def test_a_level_the_machine_did_not_keep_up_with_is_measured_again(
+        retries, saturated_attempts, calls, still_saturated):
     """The sweep measures a saturated level again (saturated_retries times at most), keeps the
     earlier attempts' reasons in remeasured_after, and leaves a level that stays saturated named
     so; a failed level is never measured again (it is an error, not the machine)."""
@@ -466,10 +466,15 @@ def test_a_level_the_machine_did_not_keep_up_with_is_measured_again(retries, sat
     assert all(e["saturated"] and e["output_tok_per_s"] == 80.0 for e in earlier)
     assert "remeasured_after" not in levels[1]
 
-    attempts.update({4: 0, 8: 0})
-    failed = sc.sweep(settings, {}, measure=lambda c, s: {"concurrency": c, "error": "C=4: boom",
-                                                           "saturated": ["client: busy"]})
-    assert "remeasured_after" not in failed[0]
+    tries = []
+
+    def fails(concurrency, run_settings):
+        del run_settings
+        tries.append(concurrency)
+        return {"concurrency": concurrency, "error": f"C={concurrency}: boom", "saturated": ["client: busy"]}
+
+    failed = sc.sweep(settings, {}, measure=fails)
+    assert tries == [4] and "remeasured_after" not in failed[0]  # stop_on_error: the sweep stops there
 
 
 def test_saturated_retries_must_be_a_whole_number_of_zero_or_more():
