@@ -218,9 +218,11 @@ def fault_run(tmp_path_factory):
             # Three modes. eagle3's draft head needs 1200 MiB more per GPU than the shared 0.74 fraction
             # leaves, so it cannot start; ngram (no draft model) starts and dies once 18 generation
             # requests arrived: the 8 output-match prompts sent before the sweep
-            # (compare_output_match_prompts), then about 6 in the first level, so during its second level.
+            # (compare_output_match_prompts), then about 6 in the first level, so during its second level
+            # (no second measurement of a level the machine did not keep up with: it would move the crash).
             "faulty": node_vars(nodes["faulty"], free_port(), compare_modes=["baseline", "eagle3", "ngram"],
                                 sglang_server_mem_fraction_static=0.74, bench_concurrency=[1, 4],
+                                bench_saturated_retries=0,
                                 sglang_server_mode_extra_args={"ngram": ["--emulator-crash-after", "18"]}, **quick),
             # The server's processes are on the never-kill list (as if another tenant's job held the GPUs):
             # the teardown after baseline cannot clean, so eagle3 must never launch.
