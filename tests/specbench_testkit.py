@@ -41,7 +41,7 @@ for extra in (ROOT / "files", ROOT / "collections"):  # the emulator package; sp
 
 
 # ---------------------------------------------------------------------------------------------
-# Loopback: ports and HTTP
+# The engines' venvs, which .ci/run may still be building
 # ---------------------------------------------------------------------------------------------
 # .ci/run starts pytest as soon as .venv is built and builds the engines' venvs (.venv-vllm,
 # .venv-sglang) beside it: SPECBENCH_VENV_STATUS names a folder where each build writes a file
@@ -73,6 +73,9 @@ def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S
     return None if python.exists() else f"no {name} venv: {python} does not exist"
 
 
+# ---------------------------------------------------------------------------------------------
+# Loopback: ports and HTTP
+# ---------------------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

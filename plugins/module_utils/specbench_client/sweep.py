@@ -146,7 +146,7 @@ def sweep(settings: dict, server: dict, on_level=None, measure=None) -> list[dic
             # saturated stays named so, and the comparison leaves it out.
             earlier = []
             while (level.get("saturated") and not level.get("error")
-                   and len(earlier) < settings.get("saturated_retries", 0)):
+                   and len(earlier) < settings["saturated_retries"]):
                 earlier.append({"started_at": level.get("started_at"), "saturated": level["saturated"],
                                 "output_tok_per_s": level.get("output_tok_per_s")})
                 level = measure(concurrency, run_settings)
