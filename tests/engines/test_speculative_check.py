@@ -80,6 +80,35 @@ def test_vllm_drafts_must_move_in_a_speculative_mode_and_be_absent_in_a_plain_on
     assert "no /metrics" in sc.vllm_check({"method": "ngram"}, None, None, 16)["mismatches"][0]
 
 
+def test_vllm_tokens_at_reads_a_schedule_the_way_vllm_expands_it():
+    """vllm/v1/spec_decode/dynamic/utils.py, build_dynamic_sd_schedule_lookup: capped at the static
+    count, a gap carries the previous range's count, past the last range its count."""
+    spec = {"method": "ngram", "num_speculative_tokens": 3,
+            "num_speculative_tokens_per_batch_size": [[32, 64, 2], [1, 15, 0], [16, 16, 5]]}
+    assert [sc.vllm_tokens_at(spec, bs) for bs in (1, 15, 16, 17, 31, 32, 64, 100)] == [0, 0, 3, 3, 3, 2, 2, 2]
+    assert sc.vllm_tokens_at({"method": "ngram", "num_speculative_tokens": 4}, 1) == 4
+    assert sc.vllm_tokens_at(None, 1) == 0 and sc.vllm_tokens_at({}, 8) == 0
+
+
+def test_a_schedule_off_at_batch_1_needs_the_counter_present_and_still():
+    """serve.yml's schedule may draft nothing at batch size 1 (the run's C=1 did not clearly pay):
+    the check's one request then must not draft, and the counter must exist (speculation on); a
+    rise means the engine ignores the schedule (vLLM's static fallback under data parallelism)."""
+    name = sc.VLLM_DRAFTS
+    spec = {"method": "ngram", "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 15, 0], [16, 16, 4], [17, 32, 0]]}
+    still = sc.vllm_check(spec, f"{name} 0.0\n", f"{name} 0.0\n", 16)
+    assert still["ok"] and still["running"]["draft_tokens_at_batch_1"] == 0
+    assert "drafting at the larger batches is the serve proof's to show" in still["running"]["unobserved"]
+    rose = sc.vllm_check(spec, f"{name} 0.0\n", f"{name} 5.0\n", 16)
+    assert not rose["ok"] and "not running the schedule" in rose["mismatches"][0]
+    absent = sc.vllm_check(spec, "x 1\n", "x 1\n", 16)
+    assert not absent["ok"] and "is absent (speculation is off)" in absent["mismatches"][0]
+    on_at_1 = {**spec, "num_speculative_tokens_per_batch_size": [[1, 4, 4], [5, 32, 0]]}
+    assert not sc.vllm_check(on_at_1, f"{name} 0.0\n", f"{name} 0.0\n", 16)["ok"]
+    assert "unobserved" not in sc.vllm_check(on_at_1, f"{name} 0\n", f"{name} 3\n", 16)["running"]
+
+
 def test_the_check_catches_the_emulators_silent_adaptive_off(emulator):
     """SGLang (and the emulator) serve happily with adaptive turned off under attention DP: only
     /server_info and a log line say so. The check reads both and fails naming the reason."""

@@ -24,3 +24,23 @@ def test_the_schedule_passes_vllms_own_validation():
     schedule = cmp.vllm_schedule(rows((1, "pays"), (4, "unclear"), (8, "pays"), (16, "loses")), 3, 32)
     lookup = vutils.build_dynamic_sd_schedule_lookup(schedule, 32, 3)
     assert lookup[1] == 3 and lookup[4] == 0 and lookup[8] == 3 and lookup[9:] == [0] * 24
+
+
+def test_the_post_launch_check_reads_a_schedule_as_vllm_does():
+    """speculative_check.vllm_tokens_at (what the check expects at its one request, batch size 1)
+    against vLLM's own dense lookup, on schedules with gaps, caps and ranges out of order."""
+    from ansible_collections.specbench.core.plugins.module_utils import speculative_check as sc
+
+    vllmkit.wait_for_venv()
+    path = vllmkit.ROOT / ".venv-vllm/lib/python3.11/site-packages/vllm/v1/spec_decode/dynamic/utils.py"
+    spec = importlib.util.spec_from_file_location("vllm_dynamic_sd_utils", path)
+    vutils = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vutils)
+    schedules = ([[1, 15, 0], [16, 16, 4], [17, 32, 0]], [[32, 48, 2], [1, 8, 5], [12, 20, 1]],
+                 [[1, 1, 3]], cmp.vllm_schedule(rows((1, "unclear"), (4, "pays"), (16, "pays")), 4, 32))
+    for schedule in schedules:
+        for static in (1, 3, 4):
+            lookup = vutils.build_dynamic_sd_schedule_lookup(schedule, 64, static)
+            ours = [sc.vllm_tokens_at({"method": "ngram", "num_speculative_tokens": static,
+                                       "num_speculative_tokens_per_batch_size": schedule}, bs) for bs in range(1, 65)]
+            assert ours == lookup[1:], (schedule, static)
