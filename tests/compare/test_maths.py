@@ -313,6 +313,19 @@ def test_a_level_with_a_wide_interval_is_flagged_as_noisy():
     assert "baseline: the throughput interval is wide at C=64 (+-19%)" in noisy["text"]
 
 
+def test_a_level_measured_again_is_named_with_the_first_attempts_reason():
+    """The sweep measures a saturated level again (bench_saturated_retries): the figures are the
+    last attempt's, and every output says the first did not keep up."""
+    base = result("baseline", [level(1, 100.0), level(16, 900.0)])
+    base["levels"][1]["remeasured_after"] = [{"started_at": 1.0, "output_tok_per_s": 700.0,
+                                              "saturated": ["the emulator delivered 81% of its own model's rate"]}]
+    spec = result("eagle3", [level(1, 110.0, accept=2.0), level(16, 950.0, accept=2.0)])
+    (again,) = [c for c in cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") if c["kind"] == "remeasured"]
+    assert again["severity"] == "warning" and again["mode"] == "baseline"
+    assert "C=16 (1 earlier attempt: the emulator delivered 81% of its own model's rate)" in again["text"]
+    assert "figures are the last attempt's" in again["text"]
+
+
 def test_a_clean_fair_run_has_no_confounders():
     base, spec, _unused1 = analytic_results("llama-3.1-8b-1x-h100", [1, 10, 100])
     assert cmp.confounders({"baseline": base, "eagle3": spec}, "baseline") == []

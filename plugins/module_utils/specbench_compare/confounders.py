@@ -203,7 +203,7 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
     # Per level: caps reached, client saturated, errors, missing accept length.
     for mode in modes:
         cap = running_cap(results[mode])
-        capped, queued, saturated, errors, no_accept, noisy = [], [], [], [], [], []
+        capped, queued, saturated, errors, no_accept, noisy, again = [], [], [], [], [], [], []
         spec = mode != baseline and bool(
             _server(results[mode]).get("speculative_algorithm") or _server_info(results[mode]).get("speculative_algorithm")
         )
@@ -219,6 +219,10 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
             warn = " ".join(w for w in level.get("warnings") or [] if isinstance(w, str))
             if client.get("bottleneck") or "client bottleneck" in warn:
                 saturated.append(conc)
+            earlier = [e for e in level.get("remeasured_after") or [] if isinstance(e, dict)]
+            if earlier:
+                why = "; ".join(str(r) for r in (earlier[-1].get("saturated") or [])) or "no reason recorded"
+                again.append(f"{conc} ({len(earlier)} earlier attempt{'s' if len(earlier) > 1 else ''}: {why})")
             if level.get("error") or (level.get("requests_failed") or 0) > 0:
                 errors.append((conc, level.get("error") or f"{level.get('requests_failed')} requests failed"))
             if spec and level.get("accept_length") is None and level.get("output_tok_per_s"):
@@ -245,6 +249,14 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
                 "those figures under-read the server",
                 mode,
                 saturated,
+            )
+        if again:
+            add(
+                "remeasured",
+                f"{mode}: the machine did not keep up at first, so these levels were measured again and the "
+                f"figures are the last attempt's: C={', '.join(again)}; a run that needs retries is close to "
+                "what the machine can drive",
+                mode,
             )
         for conc, text in errors:
             add("level_error", f"{mode} C={conc}: {text}", mode, conc, severity="error")
