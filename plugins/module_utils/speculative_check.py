@@ -157,18 +157,16 @@ def vllm_check(spec: dict | None, before: str | None, after: str | None, tokens:
                                  "drafting at the larger batches is the serve proof's to show")
     if after is None:
         mismatches.append("the server has no /metrics: whether it drafts is unknown")
-    elif scheduled_off:
-        if d1 is None:
-            mismatches.append(f"speculative method {spec.get('method')!r} asked, but {VLLM_DRAFTS} "
-                              "is absent (speculation is off)")
-        elif d1 > (d0 or 0.0):
-            mismatches.append(f"the schedule drafts 0 tokens at batch size 1, but {VLLM_DRAFTS} rose over a "
-                              f"{tokens}-token completion ({d0} -> {d1}): the engine is not running the schedule "
-                              "(vLLM falls back to its static num_speculative_tokens under data parallelism)")
-    elif spec and (d1 is None or (d0 or 0.0) >= d1):
+    elif spec and d1 is None:
         mismatches.append(f"speculative method {spec.get('method')!r} asked, but {VLLM_DRAFTS} "
-                          + ("is absent (speculation is off)" if d1 is None else
-                             f"did not rise over a {tokens}-token completion ({d0} -> {d1})"))
+                          "is absent (speculation is off)")
+    elif scheduled_off and d1 > (d0 or 0.0):
+        mismatches.append(f"the schedule drafts 0 tokens at batch size 1, but {VLLM_DRAFTS} rose over a "
+                          f"{tokens}-token completion ({d0} -> {d1}): the engine is not running the schedule "
+                          "(vLLM falls back to its static num_speculative_tokens under data parallelism)")
+    elif spec and not scheduled_off and (d0 or 0.0) >= d1:
+        mismatches.append(f"speculative method {spec.get('method')!r} asked, but {VLLM_DRAFTS} "
+                          f"did not rise over a {tokens}-token completion ({d0} -> {d1})")
     elif not spec and d1:
         mismatches.append(f"plain decoding asked, but the server drafts ({VLLM_DRAFTS} = {d1})")
     return {"engine": "vllm", "source": "/metrics around a completion", "asked": asked, "running": running,
