@@ -3,9 +3,12 @@ worker processes give the right figure at C=260, and the script runs by hand (re
 mode is covered by the fault test)."""
 from __future__ import annotations
 
+import datetime as dt
 import json
+import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from benchlib import CLIENT, analytic, sc
@@ -78,3 +81,63 @@ def test_script_by_hand(emulator, tmp_path):
     assert len(lines) == 2 and "tok/s" in lines[0]
     doc = json.loads(out.read_text())
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 3] and doc["server"]["version"] == "0.5.23+specbench-emulator"
+
+
+class SteppedWallClock:
+    """The wall clock as the worker sees it, stepped by ``step`` seconds once the window has
+    opened: ``time.time()`` and the kernel's receive stamps (CLOCK_REALTIME too) move together,
+    as they do when NTP steps the clock or a paused VM resumes; the monotonic clock does not."""
+
+    def __init__(self, step: int):
+        self.step, self.now_step = step, 0
+        self.monotonic = time.monotonic
+        self.real = struct.Struct("@ll")
+
+    def time(self) -> float:
+        return time.time() + self.now_step
+
+    def unpack_from(self, buf, offset: int = 0):
+        sec, nsec = self.real.unpack_from(buf, offset)
+        return sec + self.now_step, nsec
+
+
+@pytest.mark.parametrize("step", [-20, 40])
+def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator, monkeypatch, step):
+    """The worker times everything on the monotonic clock and moves each UTC edge by the offset
+    read at that edge (level.window_in_utc): a step between them (here right after the window
+    opens) leaves the start edge on the clock before it, puts the end edge on the clock after it,
+    and is named. The kernel stamps follow the step, so the worker's offset for them is read again
+    as it runs: a step back of 20 s (inside its 30 s sanity bound) would otherwise stamp every token
+    20 s early, before its request was sent, and the window would count none of them."""
+    emu = emulator("--tp-size", "8", time_scale=0.02)
+    s = settings(emu.base_url, concurrency=[4], workers=1)
+    server = sc.probe_server(s)
+    unstepped = sc.run_level(s, 4, server)
+    clock = SteppedWallClock(step)
+    monkeypatch.setattr(sc.worker, "time", clock)
+    monkeypatch.setattr(sc.worker, "_TIMESPEC", clock)
+    opened = []
+    original = sc.worker.Worker._open_window
+
+    def open_then_step(self, ws):
+        original(self, ws)
+        opened.append(time.time())
+        clock.now_step = clock.step
+
+    monkeypatch.setattr(sc.worker.Worker, "_open_window", open_then_step)
+    level = sc.run_level(s, 4, server)
+    assert level["error"] is None, level
+    assert level["client"]["kernel_timestamps"], "the kernel's receive stamps are what this test steps"
+    start, end = (dt.datetime.strptime(level[k], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+                  for k in ("window_start_utc", "window_end_utc"))
+    # The window opened a little before the worker read its offset (ws is snapped back to a bin edge).
+    assert opened[0] - level["window_s"] < start <= opened[0] + 0.001
+    assert level["window_utc_step_s"] == pytest.approx(step, abs=0.001)
+    assert end - start == pytest.approx(level["window_s"] + step, abs=0.002)
+    assert any("the wall clock moved" in w for w in level["warnings"]), level["warnings"]
+    # Every token in its place: after its request was sent, and in the window. Misplaced, they leave
+    # it close to empty; two runs of one level on the emulator are not a factor of 2 apart.
+    assert level["wall_clock_ttft_ms"]["p50"] > 0 and level["wall_clock_e2e_ms"]["p50"] > 0, level["wall_clock_ttft_ms"]
+    assert level["output_tok_per_s"] > 0.5 * unstepped["output_tok_per_s"], (level["output_tok_per_s"], unstepped)
+    assert unstepped["window_utc_step_s"] == pytest.approx(0, abs=0.001)
+    assert not any("the wall clock moved" in w for w in unstepped["warnings"]), unstepped["warnings"]

@@ -27,6 +27,8 @@ from .worker import Worker, snap
 RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
 CALIBRATION_PROMPTS = 32  # synthesized prompts tokenized by the server to size them in its tokens
 INPUT_TOLERANCE = 0.02  # warn when the prompts' mean server-token length is further off input_len
+# A wall-clock step this large during a window is named (an NTP slew of 500 ppm moves a 100 s window 50 ms).
+WALL_STEP_WARN_S = 0.05
 
 
 def utc_ms(wall: float) -> str:
@@ -36,6 +38,29 @@ def utc_ms(wall: float) -> str:
     if millis == 1000:
         whole, millis = whole + 1, 0
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def window_in_utc(raw: dict | None) -> dict:
+    """The (last) measurement window in wall-clock UTC, to hold against the server's counters.
+
+    Every figure is timed on the monotonic clock; each edge is moved to the wall clock by the
+    offset a worker read at that edge (Worker.wall_open, wall_close), so a step of the wall clock
+    during the window (an NTP step, a VM paused for a snapshot or migration) moves neither edge:
+    the edges then span the window plus the step, ``window_utc_step_s``, and a step of
+    WALL_STEP_WARN_S or more is named."""
+    if raw is None:
+        return {"window_start_utc": None, "window_end_utc": None, "window_utc_step_s": None}
+    opened = raw["wall_open"] if raw.get("wall_open") is not None else raw["wall_offset"]
+    closed = raw["wall_close"] if raw.get("wall_close") is not None else raw["wall_offset"]
+    out = {"window_start_utc": utc_ms(raw["ws"] + opened), "window_end_utc": utc_ms(raw["window_end"] + closed),
+           "window_utc_step_s": round(closed - opened, 3)}
+    if abs(closed - opened) >= WALL_STEP_WARN_S:
+        out["warning"] = (
+            f"the wall clock moved {closed - opened:+.3f} s against the monotonic clock during this window (an NTP "
+            "step, or the machine paused: a VM snapshot, migration or suspend): the figures are timed on the "
+            "monotonic clock and stand; the UTC edges were each read at their own edge, so they span the window "
+            "plus that step (hold a server's counters against those edges, not against window_s)")
+    return out
 
 
 def calibrate_prompt_words(settings: dict, engine, model: str) -> dict | None:
@@ -283,6 +308,8 @@ def _merge(results: list[dict]) -> dict:
     out["stop_reason"] = reasons[0] if reasons else None
     out["cpu"] = [r["cpu"] for r in results]
     out["lag"] = [r["lag"] for r in results]
+    for key in ("wall_open", "wall_close"):  # every worker read it within a housekeeping tick of the same edge
+        out[key] = next((r[key] for r in results if r.get(key) is not None), None)
     out["window_end"] = None
     return out
 
@@ -403,7 +430,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all
             raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace)
-            raw["wall_offset"] = time.time() - time.monotonic()
+            raw["wall_offset"] = time.time() - time.monotonic()  # where a worker read none at an edge
             raws.append(raw)
             if spec and settings["api"] != "native":
                 value = server_accept_length(settings, engine, server.get("info_path"))
@@ -447,11 +474,10 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     if server.get("metrics_available") is False:
         level["server_note"] = "no /metrics (start SGLang with --enable-metrics for running/queued counts)"
     timed = [r for r in raws if r.get("ws") is not None and r.get("window_end") is not None]
-    if timed:  # the (last) measurement window in wall-clock UTC, to hold against the server's counters
-        level["window_start_utc"] = utc_ms(timed[-1]["ws"] + timed[-1]["wall_offset"])
-        level["window_end_utc"] = utc_ms(timed[-1]["window_end"] + timed[-1]["wall_offset"])
-    else:
-        level["window_start_utc"] = level["window_end_utc"] = None
+    edges = window_in_utc(timed[-1] if timed else None)
+    if "warning" in edges:
+        level["warnings"].append(edges.pop("warning"))
+    level.update(edges)
     if calibration and level.get("input_tokens_mean"):
         off = level["input_tokens_mean"] / settings["input_len"] - 1
         if abs(off) > INPUT_TOLERANCE:

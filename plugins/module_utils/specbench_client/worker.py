@@ -135,6 +135,11 @@ class Worker(ResponseReader):
         self.busy_to = None
         self.lag_sum = 0.0  # read time minus the kernel's arrival stamp, summed over reads
         self.lag_n = 0
+        # The wall clock's offset from the monotonic one, read at the window's opening and at its close:
+        # each UTC edge uses its own, so a step of the wall clock in between (NTP, a VM paused for a
+        # snapshot or a migration) moves neither edge.
+        self.wall_open = None
+        self.wall_close = None
         adapter = ADAPTERS[self.api]
         self.handle = adapter.handle  # one streamed event into the request (False: an error object)
         self.fast = adapter.fast  # the API's parse of a plain chunk straight from the text, or None
@@ -150,8 +155,7 @@ class Worker(ResponseReader):
         rbuf = memoryview(bytearray(READ_SIZE))
         bufs = [rbuf]
         kernel = self.kernel_stamps
-        # Kernel receive stamps are CLOCK_REALTIME; this offset puts them on the monotonic clock.
-        rt_offset = time.time() - monotonic()
+        wall = time.time
         unpack_ts = _TIMESPEC.unpack_from
         next_check = 0.0
         while True:
@@ -193,10 +197,14 @@ class Worker(ResponseReader):
                     t = monotonic()
                     if anc:
                         # When the data reached the socket (the kernel's stamp), not when this loop
-                        # got to it: a busy or descheduled client does not stamp late.
+                        # got to it: a busy or descheduled client does not stamp late. The stamp is
+                        # CLOCK_REALTIME: moved to the monotonic clock by the offset read now, so a
+                        # step of the wall clock (NTP, a paused VM resuming) misplaces at most the
+                        # data that arrived before it and was read after; a stamp before its
+                        # request was sent is such data, and keeps the read time.
                         sec, nsec = unpack_ts(anc[0][2])
-                        tk = sec + nsec * 1e-9 - rt_offset
-                        if t - 30.0 < tk < t:
+                        tk = sec + nsec * 1e-9 - (wall() - t)
+                        if t - 30.0 < tk < t and (st.req is None or tk >= st.req.t_send):
                             self.lag_sum += t - tk
                             self.lag_n += 1
                             t = tk
@@ -238,6 +246,7 @@ class Worker(ResponseReader):
             self.we = ws + (self.adaptive["max_s"] if self.adaptive else self.window_s)
         self.cpu0 = _cpu_seconds()
         self.busy_from = time.monotonic()
+        self.wall_open = time.time() - self.busy_from
 
     def _report_ready(self, now: float) -> None:
         """Every stream here has finished a request, after the warmup: say so (or open the window)."""
@@ -261,6 +270,7 @@ class Worker(ResponseReader):
         if self.cpu1 is None and self.cpu0 is not None and (window_over or final):
             self.cpu1 = _cpu_seconds()
             self.busy_to = now
+            self.wall_close = time.time() - time.monotonic()
         if not self.count_mode and window_over and not self.stopping:
             self.stopping = True
             self.stop_reason = self.stop_reason or "window"
@@ -574,6 +584,7 @@ class Worker(ResponseReader):
             "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
             "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,
             "cpu": cpu, "lag": lag, "streams": len(self.streams), "traces": self.traces,
+            "wall_open": self.wall_open, "wall_close": self.wall_close,
         }
 
 
