@@ -161,9 +161,10 @@ def resolve(args: argparse.Namespace) -> dict:
             if trio[0] is not None:
                 steps, topk, draft = trio
             elif table is not None:
-                # Adaptive picks the middle candidate of the smallest batch row, top-k 1.
-                row = sorted(table[0][1])
-                steps, topk, draft = row[(len(row) - 1) // 2], 1, 0
+                # Adaptive picks the middle of every row's candidate steps, top-k 1
+                # (_init_adaptive_speculative_params in sglang/srt/arg_groups/speculative_hook.py).
+                union = sorted({s for _bs, row in table for s in row})
+                steps, topk, draft = union[len(union) // 2], 1, 0
             else:
                 steps, topk, draft = prof["draft_defaults"]
         if topk == 1 and draft != steps + 1:

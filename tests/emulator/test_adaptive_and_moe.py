@@ -118,3 +118,21 @@ def test_a_live_adaptive_server_picks_its_steps_from_what_it_accepts(emulator, t
     assert kimi > model.mean_accept_length(0.60, 1) * 1.1, found
     assert llama == pytest.approx(model.mean_accept_length(0.32, 1), rel=0.12), found
     assert not math.isclose(kimi, llama, rel_tol=0.15)
+
+
+@pytest.mark.parametrize(("rows", "start"), [
+    ({"1": {"candidate_steps": [0]}}, 0),  # a compare run's table where speculation pays nowhere
+    ({"1": {"candidate_steps": [3, 5, 7]}, "8": {"candidate_steps": [0, 1]}}, 3),  # not the first row's middle (5)
+])
+def test_an_adaptive_server_without_starting_steps_starts_at_the_middle_candidate(emulator, tmp_path, rows, start):
+    """Given no --speculative-num-steps, SGLang starts at the middle of every row's candidate steps
+    (sglang/srt/arg_groups/speculative_hook.py, _init_adaptive_speculative_params: the union,
+    sorted, index len // 2), with one draft token more; /server_info reports what it resolved."""
+    table = tmp_path / "adaptive.json"
+    table.write_text(json.dumps(rows))
+    emu = emulator("--tp-size", "8", "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft",
+                   "--speculative-adaptive", "--speculative-adaptive-config", str(table), time_scale=0.05)
+    with urllib.request.urlopen(emu.base_url + "/server_info", timeout=10) as resp:
+        info = json.loads(resp.read())
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == \
+        (start, 1, start + 1)

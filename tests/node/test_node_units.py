@@ -85,6 +85,22 @@ def test_render_refuses_naming_the_setting_and_the_fix(over, needles):
         assert needle in str(err.value)
 
 
+@pytest.mark.parametrize(("table", "steps"), [
+    ({}, 3),  # SGLang's default table: candidates 0, 1, 3, 5, 7
+    ({"1": {"candidate_steps": [0]}}, 0),  # a compare run's table where speculation pays nowhere
+    ({"1": {"candidate_steps": [1, 2]}, "32": {"candidate_steps": [0]}}, 1),  # rows capped at 2 steps
+])
+def test_adaptive_starting_steps_unset_are_sglangs_own_pick_from_the_table(table, steps):
+    """SGLang, given no --speculative-num-steps, starts at the middle of the table's candidate steps
+    (sglang/srt/arg_groups/speculative_hook.py, _init_adaptive_speculative_params): the command
+    says so explicitly, so any table a compare run recommends launches as it is."""
+    modes = {**MODES, "adaptive": {"flags": {**MODES["adaptive"]["flags"], "--speculative-num-steps": None,
+                                             "--speculative-num-draft-tokens": None}}}
+    argv = render(_params(mode="adaptive", modes=modes, adaptive_config=table))["argv"]
+    assert argv[argv.index("--speculative-num-steps") + 1] == str(steps)
+    assert argv[argv.index("--speculative-num-draft-tokens") + 1] == str(steps + 1)
+
+
 def test_override_by_name_is_a_recorded_confounder_and_emulator_gets_the_same_flags():
     out = render(_params(mode_overrides={"eagle3": {"mem_fraction_static": 0.8}}, engine="emulator",
                          emulator_path="~/node/sglang_emulator", emulator_python="python3",

@@ -71,10 +71,24 @@ ADAPTIVE_KNOBS = ("ema_alpha", "update_interval", "warmup_batches", "up_hysteres
 DEFAULT_ADAPTIVE_STEPS = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64": [0]}
 
 
+def adaptive_candidates(cfg: dict | None) -> list[int]:
+    """Every row's candidate steps, sorted (SGLang's resolve_candidate_steps_from_config; its
+    default table when ``cfg`` is empty)."""
+    rows = {k: v.get("candidate_steps", []) for k, v in (cfg or {}).items() if str(k).isdigit() and isinstance(v, dict)}
+    return sorted({int(s) for row in (rows or DEFAULT_ADAPTIVE_STEPS).values() for s in row})
+
+
+def adaptive_start_steps(cfg: dict | None) -> int:
+    """SGLang's own starting --speculative-num-steps when none is given: the middle candidate step
+    (_init_adaptive_speculative_params in sglang/srt/arg_groups/speculative_hook.py), 3 for its
+    default table, 0 for a table that never speculates."""
+    candidates = adaptive_candidates(cfg)
+    return candidates[len(candidates) // 2]
+
+
 def check_adaptive_steps(cfg: dict | None, steps) -> None:
     """SGLang refuses a starting --speculative-num-steps outside the table's candidate steps."""
-    rows = {k: v.get("candidate_steps", []) for k, v in (cfg or {}).items() if str(k).isdigit() and isinstance(v, dict)}
-    candidates = sorted({s for row in (rows or DEFAULT_ADAPTIVE_STEPS).values() for s in row})
+    candidates = adaptive_candidates(cfg)
     try:
         value = int(steps)
     except (TypeError, ValueError):
@@ -82,7 +96,8 @@ def check_adaptive_steps(cfg: dict | None, steps) -> None:
     if value not in candidates:
         raise CommandError(
             f"sglang_server_adaptive_num_steps is {steps!r}: SGLang needs one of the adaptive table's candidate steps "
-            f"{candidates} (3 is its own pick for the default table)."
+            f"{candidates}; leave it unset (null) for SGLang's own pick, the middle one "
+            f"({adaptive_start_steps(cfg)} for this table)."
         )
 
 
@@ -220,7 +235,13 @@ def render(params: dict) -> dict:
         origins[setting["flag"]] = setting["variable"]
 
     # The mode's own flags: never a capacity setting.
-    mode_flags = spec.get("flags") or {}
+    mode_flags = dict(spec.get("flags") or {})
+    if mode_flags.get("--speculative-adaptive") and mode_flags.get("--speculative-num-steps") in (None, ""):
+        # SGLang's own resolution made explicit (the role leaves the starting steps unset by default):
+        # the table's middle candidate, and one draft token more than the steps.
+        steps = adaptive_start_steps(params.get("adaptive_config"))
+        mode_flags["--speculative-num-steps"] = steps
+        mode_flags["--speculative-num-draft-tokens"] = steps + 1
     mode_argv: list[str] = []
     for flag, value in mode_flags.items():
         if flag_name(flag) != flag:
