@@ -47,12 +47,13 @@ def test_the_playbook_launches_sweeps_and_leaves_nothing_running(vllm_pool, name
 @pytest.mark.parametrize(("name", "mode"), CASES)
 def test_each_level_records_its_window_in_utc_with_milliseconds(vllm_pool, name, mode):
     """Each UTC edge is its monotonic edge moved by the wall clock's offset read there, rounded to
-    1 ms, and the step between the two offsets is recorded rounded to 1 ms: the edges' difference
-    is the window plus that step to within 1.5 ms (a VM paused for a snapshot while CI ran once
-    moved the wall clock 27 s inside a level: the step is what lets the edges still bound it)."""
+    1 ms (their difference: within 1 ms), and window_s and the step between the two offsets are each
+    recorded rounded to 1 ms (0.5 ms each): the edges' difference is the window plus that step to
+    within 2 ms (a VM paused for a snapshot while CI ran once moved the wall clock 27 s inside a
+    level: the step is what lets the edges still bound it)."""
     for level in measured(vllm_pool, name, mode)[1]["levels"]:
         start, end = vllmkit.utc(level["window_start_utc"]), vllmkit.utc(level["window_end_utc"])
-        assert end - start == pytest.approx(level["window_s"] + level["window_utc_step_s"], abs=0.0015)
+        assert end - start == pytest.approx(level["window_s"] + level["window_utc_step_s"], abs=0.0021)
 
 
 @pytest.mark.parametrize(("name", "mode"), CASES)

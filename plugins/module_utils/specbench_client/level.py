@@ -50,8 +50,7 @@ def window_in_utc(raw: dict | None) -> dict:
     WALL_STEP_WARN_S or more is named."""
     if raw is None:
         return {"window_start_utc": None, "window_end_utc": None, "window_utc_step_s": None}
-    opened = raw["wall_open"] if raw.get("wall_open") is not None else raw["wall_offset"]
-    closed = raw["wall_close"] if raw.get("wall_close") is not None else raw["wall_offset"]
+    opened, closed = raw["wall_open"], raw["wall_close"]
     out = {"window_start_utc": utc_ms(raw["ws"] + opened), "window_end_utc": utc_ms(raw["window_end"] + closed),
            "window_utc_step_s": round(closed - opened, 3)}
     if abs(closed - opened) >= WALL_STEP_WARN_S:
@@ -430,7 +429,6 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all
             raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace)
-            raw["wall_offset"] = time.time() - time.monotonic()  # where a worker read none at an edge
             raws.append(raw)
             if spec and settings["api"] != "native":
                 value = server_accept_length(settings, engine, server.get("info_path"))

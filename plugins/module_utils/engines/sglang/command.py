@@ -236,12 +236,16 @@ def render(params: dict) -> dict:
 
     # The mode's own flags: never a capacity setting.
     mode_flags = dict(spec.get("flags") or {})
-    if mode_flags.get("--speculative-adaptive") and mode_flags.get("--speculative-num-steps") in (None, ""):
-        # SGLang's own resolution made explicit (the role leaves the starting steps unset by default):
-        # the table's middle candidate, and one draft token more than the steps.
-        steps = adaptive_start_steps(params.get("adaptive_config"))
-        mode_flags["--speculative-num-steps"] = steps
-        mode_flags["--speculative-num-draft-tokens"] = steps + 1
+    if mode_flags.get("--speculative-adaptive"):
+        # SGLang's own resolution made explicit (_init_adaptive_speculative_params): unset starting
+        # steps are the table's middle candidate, and the draft tokens one more than the steps.
+        if mode_flags.get("--speculative-num-steps") in (None, ""):
+            mode_flags["--speculative-num-steps"] = adaptive_start_steps(params.get("adaptive_config"))
+        if mode_flags.get("--speculative-num-draft-tokens") in (None, ""):
+            try:
+                mode_flags["--speculative-num-draft-tokens"] = int(mode_flags["--speculative-num-steps"]) + 1
+            except (TypeError, ValueError):
+                pass  # check_adaptive_steps below names the bad value
     mode_argv: list[str] = []
     for flag, value in mode_flags.items():
         if flag_name(flag) != flag:
