@@ -37,10 +37,10 @@ if [ -z "$PYTHON" ] || ! command -v "$PYTHON" >/dev/null; then
 fi
 echo "make_venv: building $VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet "torch==$TORCH_VERSION"
-"$VENV/bin/python" -m pip install --quiet --no-deps "sglang==$SGLANG_VERSION"
-"$VENV/bin/python" -m pip install --quiet numpy orjson psutil pybase64 requests packaging pillow \
+install="$ROOT/tests/venv_install.sh"
+"$install" "$VENV/bin/python" "torch==$TORCH_VERSION"
+"$install" "$VENV/bin/python" --no-deps "sglang==$SGLANG_VERSION"
+"$install" "$VENV/bin/python" numpy orjson psutil pybase64 requests packaging pillow \
     starlette msgspec pydantic pyzmq tqdm ipython aiohttp zstandard triton
 version="$(probe)" || { echo "make_venv: sglang's parser does not build in $VENV:" >&2; probe >&2 || true; exit 1; }
 echo "make_venv: $VENV ready (sglang $version)"

