@@ -21,6 +21,7 @@ import json
 import math
 import os
 import random
+import resource
 import signal
 import socket
 import subprocess
@@ -420,6 +421,7 @@ def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Pat
     flags = " ".join(f for f in ("--check" if check else "", cmdline or "") if f)
     import ansible_runner  # the controller's package; imported here so that the kit loads without it
 
+    started, cpu = time.monotonic(), _children_cpu()
     runner = ansible_runner.run(
         private_data_dir=str(pdd),
         project_dir=str(ROOT),
@@ -433,7 +435,41 @@ def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Pat
         timeout=timeout,
         **kwargs,
     )
-    return PlaybookRun.of(runner, pdd, extravars)
+    run = PlaybookRun.of(runner, pdd, extravars)
+    _log_run(run, playbook, time.monotonic() - started, _children_cpu() - cpu)
+    return run
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _log_run(run: PlaybookRun, playbook, wall: float, cpu: float) -> None:
+    """Where SPECBENCH_RUN_LOG names a file, append one JSON line per playbook run: the test, the
+    playbook, its wall and CPU seconds (ansible-playbook and everything it waited for) and its
+    tasks by kind (benchmarks/suite_runs.py sums them: where the suite's time goes)."""
+    path = os.environ.get("SPECBENCH_RUN_LOG")
+    if not path:
+        return
+    tasks = modules = 0
+    for event in run.events:
+        if event.get("event") in ("runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable"):
+            tasks += 1
+            action = str(event.get("event_data", {}).get("task_action", ""))
+            if event["event"] != "runner_on_skipped" and action not in CONTROLLER_ACTIONS:
+                modules += 1
+    line = {"test": os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0], "playbook": str(playbook),
+            "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "tasks": tasks, "module_runs": modules}
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(line) + "\n")
+
+
+# Actions that run on the controller only (no module shipped to the node).
+CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{name}" for name in (
+    "assert", "set_fact", "include_tasks", "include_role", "import_tasks", "import_role", "validate_argument_spec",
+    "fail", "debug", "set_stats", "meta", "add_host", "group_by", "include_vars", "pause")) | frozenset(
+    f"specbench.core.{name}" for name in ("bench_results_file", "bench_scripts_manifest", "compare_results"))
 
 
 def shared_run(tmp_path_factory, name: str, build) -> tuple[PlaybookRun, Path]:

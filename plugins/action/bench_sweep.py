@@ -88,6 +88,20 @@ def check_results_file(path) -> str:
     return path
 
 
+def no_level_reason(res: dict) -> str:
+    """Why a level's module run gave no level: its message, else what it did return (the result's
+    keys, exit status and the ends of its output), so that the error can be traced."""
+    if res.get("msg"):
+        return str(res["msg"])
+    seen = [f"keys {sorted(res)}"]
+    if res.get("rc") is not None:
+        seen.append(f"rc {res['rc']}")
+    for stream in ("module_stdout", "module_stderr"):
+        if res.get(stream):
+            seen.append(f"{stream} ending {str(res[stream])[-300:]!r}")
+    return "the module returned no level (" + "; ".join(seen) + ")"
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(SETTINGS + OWN)
@@ -219,8 +233,7 @@ class ActionModule(ActionBase):
                 levels = res.get("levels") or []
                 if levels:
                     return levels[0]
-                why = res.get("msg") or "the module returned no result"
-                return unmeasured_level(concurrency, f"C={concurrency}: {why}")
+                return unmeasured_level(concurrency, f"C={concurrency}: {no_level_reason(res)}")
 
             def on_level(level):
                 doc["levels"].append(redact(level, secrets))

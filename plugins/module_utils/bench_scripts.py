@@ -35,7 +35,6 @@ ZIPAPP_MAIN = (
 MANIFEST_ARGUMENT_SPEC = {
     "root": {"type": "path", "required": True},
     "files": {"type": "list", "elements": "dict", "required": True},
-    "bundle": {"type": "list", "elements": "dict"},
 }
 
 
@@ -155,13 +154,10 @@ def manifest(root: str, files: list[dict]) -> tuple[list[dict], list[str]]:
 
 def manifest_result(params: dict) -> dict:
     """What module bench_scripts_manifest returns for its validated ``params`` (without changed
-    and warnings): the manifest, the optional entries skipped and, given ``bundle``, the tar file.
-    Raises ScriptsError, or OSError for a file it cannot read."""
+    and warnings): the manifest and the optional entries skipped. Raises ScriptsError, or OSError
+    for a file it cannot read."""
     entries, skipped = manifest(params["root"], params["files"])
-    result = {"manifest": entries, "skipped": skipped}
-    if params.get("bundle") is not None:
-        result["bundle"] = bundle(params["bundle"])
-    return result
+    return {"manifest": entries, "skipped": skipped}
 
 
 def verify(folder: str, entries: list[dict]) -> dict:
@@ -186,7 +182,8 @@ def under_tmp(folder: str) -> bool:
 
 
 def bundle(entries: list[dict], folder: str | None = None) -> str:
-    """Write ``entries`` (from a manifest) to a tar file, members named by dest; its path.
+    """Write ``entries`` (from a manifest) to a tar file, members named by dest; its path (the
+    action plugin bench_scripts_install ships it and removes it).
 
     One file moves over the connection instead of one transfer per file (pct_remote and SSH
     round trips dominate otherwise). A source whose sha256 changed since the manifest fails.

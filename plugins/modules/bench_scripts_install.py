@@ -6,12 +6,18 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: bench_scripts_install
-short_description: Unpack a bundle of scripts on the node, each file checked by sha256 first
+short_description: Ship scripts to the node in one bundle, each file checked by sha256 before it goes into place
 version_added: "0.1.0"
 description:
-  - Takes the tar bundle written by M(specbench.core.bench_scripts_manifest) (copied to the node),
-    checks every member against the controller's sha256 in I(entries), writes each beside its
-    destination and renames it into place with its mode, then removes the bundle.
+  - Its action plugin writes the I(entries) (manifest entries, e.g. M(specbench.core.bench_scripts_verify)'s
+    C(to_copy)) to a tar bundle on the controller, moves it into the task's temporary folder on
+    the node (one transfer, whatever the connection) and runs this module there, then removes
+    the bundle on both sides.
+  - The module creates I(dir) (mode 0755) when missing, checks every member against the
+    controller's sha256 in I(entries), writes each beside its destination and renames it into
+    place with its mode.
+  - A source whose sha256 changed on the controller since the manifest fails, as does a member
+    that arrives with another sha256.
   - Uses Python's tarfile (standard library); no tar binary needed on the node.
 author:
   - specbench developers (!UNKNOWN)
@@ -23,7 +29,8 @@ options:
     type: path
     required: true
   bundle:
-    description: The tar bundle on the node (removed afterwards).
+    description:
+      - The tar bundle on the node (removed afterwards). Set by the action plugin; not a task option.
     type: path
     required: true
   entries:
@@ -46,11 +53,11 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Install the shipped bundle
+- name: Ship what is missing or differs
   specbench.core.bench_scripts_install:
     dir: ~/.local/share/specbench
-    bundle: ~/.local/share/specbench/.bench-scripts.tar
     entries: "{{ scripts.to_copy }}"
+  when: scripts.to_copy | length > 0
 """
 
 RETURN = r"""
@@ -83,6 +90,7 @@ def main():
     if module.check_mode:
         module.exit_json(changed=bool(dests), installed=dests)
     try:
+        os.makedirs(p["dir"], mode=0o755, exist_ok=True)
         installed = install(p["dir"], p["bundle"], p["entries"])
     except (ScriptsError, OSError) as exc:
         module.fail_json(msg=f"could not install the scripts in {p['dir']}: {exc}")

@@ -35,18 +35,10 @@ options:
     type: list
     elements: dict
     required: true
-  bundle:
-    description:
-      - Manifest entries (as returned, e.g. M(specbench.core.bench_scripts_verify)'s C(to_copy)) to write to
-        a tar file in the controller's temporary folder (members named by C(dest)), returned as
-        C(bundle), for M(specbench.core.bench_scripts_install). A source whose sha256 changed since fails.
-        The caller removes the file.
-    type: list
-    elements: dict
 attributes:
   check_mode:
     support: full
-    details: Read-only, but for the temporary bundle, which is written in check mode too.
+    details: Read-only.
   diff_mode:
     support: none
     details: Nothing to diff.
@@ -79,10 +71,6 @@ manifest:
       dest: sglang_emulator/cli.py
       sha256: 9f2c1e0d6b6a4f3e2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f
       mode: "0644"
-bundle:
-  description: The tar file written for I(bundle) (on the controller).
-  returned: when I(bundle) is given
-  type: str
 skipped:
   description: Optional entries whose source is absent on the controller.
   returned: success
