@@ -492,6 +492,18 @@ def test_unmeasured_level_has_the_fields_of_a_measured_one():
     assert sc.format_level_line(level).startswith("C=  30 | output      -  tok/s")
 
 
+def test_a_level_the_module_gave_nothing_for_says_what_it_returned():
+    """The action plugin's reason for a level its module run returned no level for: the module's
+    message, else the result's keys, exit status and the ends of its output (a CI run once read
+    only "the module returned no result", which nothing could be traced from)."""
+    from ansible_collections.specbench.core.plugins.action.bench_sweep import no_level_reason
+
+    assert no_level_reason({"msg": "C=4: connection refused", "levels": []}) == "C=4: connection refused"
+    why = no_level_reason({"changed": False, "rc": 0, "module_stdout": "x" * 500 + "END", "levels": []})
+    assert why.startswith("the module returned no level (keys ['changed', 'levels', 'module_stdout', 'rc']")
+    assert "rc 0" in why and "END" in why and "x" * 301 not in why
+
+
 # -- the server's counters at a window's edges ----------------------------------------------
 def _stepped_counter(t: float) -> float:
     """A counter that moves in steps, as a server's does at C = 1: 64 tokens every 0.25 s."""
