@@ -27,11 +27,13 @@ def emulator(tmp_path):
 # worker (a module's fixtures start once), except tests/vllm, which is two units, one per run of
 # its session-scoped pool with the tests that read it (specbench_testkit.vllm_unit), so each vLLM
 # server starts once and the two runs go on at once. The vLLM units are the longest (real servers
-# starting on a busy CPU), so they are queued first (tests/run passes --no-loadscope-reorder:
-# units go out in collection order) and the other worker takes the rest meanwhile. A unit whose
-# tests need an engine venv that .ci/run is still building beside the tests waits in the queue
-# while other units are left, instead of holding a worker idle (xdist's own --dist loadgroup
-# cannot do this under pytest 9: it renames items through an attribute pytest no longer reads).
+# starting on a busy CPU), so they are queued first, one to each of two workers (tests/run passes
+# --no-loadscope-reorder: units go out in collection order), and the third worker takes the rest
+# meanwhile. A unit whose tests need an engine venv that .ci/run is still building beside the
+# tests (SGLang's; .ci/run starts pytest once vLLM's is built, since a unit handed out late waits
+# behind the file its worker is in) waits in the queue while other units are left, instead of
+# holding a worker idle (xdist's own --dist loadgroup cannot do this under pytest 9: it renames
+# items through an attribute pytest no longer reads).
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":

@@ -77,8 +77,8 @@ VLLM_UNIT_OF = {
 
 def vllm_unit(nodeid: str) -> str:
     """The pool run (a VLLM_POOL_RUNS name) whose scheduling unit a tests/vllm test is in."""
-    path, _, rest = nodeid.partition("::")
-    function, _, params = rest.partition("[")
+    path, rest = (nodeid.split("::", 1) + [""])[:2]
+    function, params = (rest.split("[", 1) + [""])[:2]
     first = params.rstrip("]").split("-")[0]
     if first in VLLM_POOL_RUNS:
         return first

@@ -23,6 +23,37 @@ def settings(base_url: str = "http://127.0.0.1:1", **extra) -> dict:
     return sc.normalize_settings(raw)
 
 
+def _worker_at(finished_s: list[float], in_flight_sent: list[float], now: float):
+    """A client worker (C = len of both) whose adaptive window opened at 0 and whose rate was a
+    steady 100 tokens/s, at ``now``: requests finished after ``finished_s`` each, others in flight
+    since the times given. Only what ``_adapt`` reads is set."""
+    worker = sc.worker.Worker.__new__(sc.worker.Worker)
+    worker.adaptive = {"target": 0.2, "min_durations": 5, "max_s": 20.0, "check_s": 0.1}
+    worker.next_adapt, worker.ws, worker.t0, worker.we = 0.0, 0.0, 0.0, 20.0
+    worker.bin_w, worker.inv_bw = 0.01, 100.0
+    worker.bins = [1.0] * int(now * 100)
+    worker.e2e, worker.out_tokens, worker.tpot = list(finished_s), [64] * len(finished_s), [0.004]
+    worker.streams = {i: sc.worker.Stream(i) for i in range(len(in_flight_sent))}
+    for stream, sent in zip(worker.streams.values(), in_flight_sent, strict=True):
+        stream.req = type("InFlight", (), {"t_send": sent})()
+    return worker
+
+
+def test_a_request_still_in_flight_counts_in_the_mean_that_closes_the_window():
+    """At 3 s, ten of the window's requests finished in 0.28 s each and the rate is steady. Settled:
+    one request in flight, sent at 2.8 s, counts as the finished ones' 0.28 s (it is younger): 5 mean
+    requests are 1.4 s <= 3 s, so the window closes. Loaded: three in flight since 0.1 s count at their
+    age, 2.9 s: (2.8 + 3 x 2.9) / 13 = 0.88 s, 5 of them 4.4 s > 3 s, so it stays open (the finished
+    ones alone, 0.28 s, closed it, and the level's record, which counts every request sent in the
+    window, then read fewer than 5 request durations)."""
+    settled = _worker_at([0.28] * 10, [2.8], now=3.0)
+    settled._adapt(3.0)
+    assert settled.we < 20.0
+    loaded = _worker_at([0.28] * 10, [0.1, 0.1, 0.1], now=3.0)
+    loaded._adapt(3.0)
+    assert loaded.we == 20.0
+
+
 def test_bad_adaptive_settings_name_the_fix():
     with pytest.raises(SettingsError, match=r"--target-rel-ci is 3, a fraction of the figure: give e.g. 0.03"):
         settings(target_rel_ci=3)

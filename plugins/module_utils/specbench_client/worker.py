@@ -293,11 +293,22 @@ class Worker(ResponseReader):
     def _adapt(self, now: float) -> None:
         """An adaptive window closes once it has lasted ``min_durations`` mean request durations and
         its rate's interval (summary.window_interval) is within ``target`` of its figure, judged on
-        the bins before the oldest request still in flight was sent (those bins are final)."""
+        the bins before the oldest request still in flight was sent (those bins are final).
+
+        The mean duration counts each of the window's requests still in flight as the longer of its
+        age so far (it will take at least that) and the finished ones' mean: the level's record
+        (level.window_record) judges the mean over every request sent in the window, and a mean of
+        the finished ones alone leaves out the slow ones, so that on a loaded machine the window
+        closed on a mean its record then found too short. Never below the finished ones' mean."""
         plan = self.adaptive
         self.next_adapt = now + plan["check_s"]
         durations, tokens = self.e2e, self.out_tokens
-        if not durations or now - self.ws < plan["min_durations"] * (sum(durations) / len(durations)):
+        if not durations:
+            return
+        finished = sum(durations) / len(durations)
+        pending = [max(now - st.req.t_send, finished) for st in self.streams.values()
+                   if st.req is not None and st.req.t_send >= self.ws]
+        if now - self.ws < plan["min_durations"] * (sum(durations) + sum(pending)) / (len(durations) + len(pending)):
             return
         sends = [st.req.t_send for st in self.streams.values() if st.req is not None]
         end = min(sends + [now])
