@@ -58,6 +58,13 @@ def pytest_xdist_make_scheduler(config, log):
     return FilesWithVllmByRun(config, log)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    del config
+    # The compare run's unit first (the longest), then the bench run's; the rest keep their order.
+    items.sort(key=lambda item: (0 if item.nodeid.startswith("tests/vllm/") and vllm_unit(item.nodeid) == "compare"
+                                 else 1 if item.nodeid.startswith("tests/vllm/") else 2))
+
 # In CI (CI=true, as .ci/run runs there) a test may skip only for what no machine of this
 # project's CI can have; any other skip (a missing tool, venv or user that .ci/run installs)
 # fails, so what CI checks never depends on what the machine happened to have.
