@@ -56,35 +56,6 @@ def venv_pending(name: str) -> bool:
     return bool(folder) and not (Path(folder) / name).exists()
 
 
-# The test folders whose tests need an engine venv: pytest's scheduler (tests/conftest.py) hands
-# such a unit to a worker only once the venv is built, unless nothing else is left to run.
-ENGINE_VENV_OF_FOLDER = {"tests/vllm/": "vllm", "tests/sglang_parser/": "sglang"}
-
-# tests/vllm is two scheduling units, one per run of the session's pool (tests/vllm/conftest.py,
-# POOL) with the tests that read it, so that each run starts once, on one worker, and the two
-# go on at once on two workers. A test's unit is the pool run its id names (a parameter starting
-# "compare" or "bench"), else the one named here for its file or function, else "bench" (the
-# shorter one: bad inputs' own run, the schedule checks). vllm_pool refuses a run that is not
-# its test's unit, so a new test reading another run fails by name instead of running it twice.
-VLLM_POOL_RUNS = ("compare", "bench")
-VLLM_UNIT_OF = {
-    "test_vllm_compare.py": "compare",
-    "test_vllm_serve.py": "compare",
-    "test_the_baseline_reports_no_accept_length": "compare",
-    "test_every_compared_mode_records_a_passing_check": "compare",
-}
-
-
-def vllm_unit(nodeid: str) -> str:
-    """The pool run (a VLLM_POOL_RUNS name) whose scheduling unit a tests/vllm test is in."""
-    path, rest = (nodeid.split("::", 1) + [""])[:2]
-    function, params = (rest.split("[", 1) + [""])[:2]
-    first = params.rstrip("]").split("-")[0]
-    if first in VLLM_POOL_RUNS:
-        return first
-    return VLLM_UNIT_OF.get(path.rsplit("/", 1)[-1]) or VLLM_UNIT_OF.get(function.split("::")[-1]) or "bench"
-
-
 def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S) -> str | None:
     """None once the engine venv ``name`` (interpreter ``python``) can be used, else why not:
     waits for .ci/run's build of it when one runs beside the tests (SPECBENCH_VENV_STATUS)."""

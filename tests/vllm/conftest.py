@@ -6,12 +6,10 @@ one multi-host run of their own. Any launched tree a run left is killed at the e
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import vllmkit
-from specbench_testkit import vllm_unit
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -85,14 +83,6 @@ def vllm_pool(tmp_path_factory, models):
     done: dict[str, VllmRun] = {}
 
     def get(name: str) -> VllmRun:
-        # The scheduler puts each run with the tests that read it on one worker
-        # (specbench_testkit.vllm_unit); a test reading another run would start it a second time.
-        current = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0]
-        if current and vllm_unit(current) != name:
-            raise AssertionError(
-                f"{current} reads the pool's {name!r} run, but the scheduler groups it with the "
-                f"{vllm_unit(current)!r} run's tests: name it in specbench_testkit.VLLM_UNIT_OF (or give it a "
-                f"parameter starting {name!r}) so that the run starts once")
         if name not in done:
             playbook, extravars = POOL[name]
             done[name] = run(f"pool-{name}", playbook, dict(extravars))

@@ -93,13 +93,8 @@ def node_vars(tmp: Path, port: int, **extra) -> dict:
         "vllm_draft_model_path": str(MODELS / "tiny-draft"),
         "vllm_server_port": port,
         "vllm_server_served_model_name": "tiny",
-        # One OpenMP thread, not bound to a core: vLLM's CPU build otherwise binds its worker to one
-        # core and keeps the other for its scheduler (VLLM_CPU_OMP_THREADS_BIND=auto,
-        # vllm/utils/ompmultiprocessing.py), the same core for every server, and the two pool runs'
-        # servers run at once (tests/conftest.py): unbound, the kernel spreads them.
         "vllm_server_environment": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1",
-                                    "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                                    "OMP_NUM_THREADS": "1"},
+                                    "TRANSFORMERS_OFFLINE": "1"},
         # Eager (no compile) and the worker inside the engine process: one interpreter fewer to start.
         "vllm_server_extra_args": ["--enforce-eager", "--distributed-executor-backend", "uni"],
         "vllm_server_max_model_len": 1024,
