@@ -24,9 +24,9 @@ def settings(base_url: str = "http://127.0.0.1:1", **extra) -> dict:
 
 
 def _worker_at(finished_s: list[float], in_flight_sent: list[float], now: float):
-    """A client worker (C = len of both) whose adaptive window opened at 0 and whose rate was a
-    steady 100 tokens/s, at ``now``: requests finished after ``finished_s`` each, others in flight
-    since the times given. Only what ``_adapt`` reads is set."""
+    """A client worker whose adaptive window opened at 0 and whose rate was a steady 100 tokens/s,
+    at ``now``: the window's finished requests took ``finished_s`` each, and one stream per entry of
+    ``in_flight_sent`` has a request in flight since then. Only what ``_adapt`` reads is set."""
     worker = sc.worker.Worker.__new__(sc.worker.Worker)
     worker.adaptive = {"target": 0.2, "min_durations": 5, "max_s": 20.0, "check_s": 0.1}
     worker.next_adapt, worker.ws, worker.t0, worker.we = 0.0, 0.0, 0.0, 20.0

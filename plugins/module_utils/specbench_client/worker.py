@@ -305,12 +305,11 @@ class Worker(ResponseReader):
         durations, tokens = self.e2e, self.out_tokens
         if not durations:
             return
+        sends = [st.req.t_send for st in self.streams.values() if st.req is not None]
         finished = sum(durations) / len(durations)
-        pending = [max(now - st.req.t_send, finished) for st in self.streams.values()
-                   if st.req is not None and st.req.t_send >= self.ws]
+        pending = [max(now - sent, finished) for sent in sends if sent >= self.ws]
         if now - self.ws < plan["min_durations"] * (sum(durations) + sum(pending)) / (len(durations) + len(pending)):
             return
-        sends = [st.req.t_send for st in self.streams.values() if st.req is not None]
         end = min(sends + [now])
         first, last = int(round((self.ws - self.t0) * self.inv_bw)), int((end - self.t0) * self.inv_bw)
         if last - first < 8:
