@@ -12,10 +12,18 @@ such levels out of its verdicts.
   endpoint is the emulator's own (real SGLang has none, so it is never asked on a real
   engine); the figure is recorded as ``emulator_model``, labelled emulator-only. A real
   engine on a slow machine is simply slow: the node is what is measured there.
+* The streams, on the emulator only: how many of the level's requests the emulator held
+  (running plus queued, its /metrics gauges at each scrape in the window) against how many
+  the closed loop kept open. A stall on the machine (the event loop starved for a fraction of
+  a second) leaves requests between the client and the emulator's scheduler, and a short
+  window's interval then grows too wide for the rate check above to fall below the model:
+  seen in a fresh clone's CI, 20 of 32 held at both scrapes, the rate at 87% of the model with
+  an interval of [0, 2x] the model, and the comparison pooled over three launches unclear.
 """
 from __future__ import annotations
 
 import json
+import math
 import urllib.parse
 
 from .labels import emulation
@@ -74,9 +82,62 @@ def engine_reasons(level: dict, model: dict | None) -> list[str]:
             "schedule on this machine (slow its time scale down or measure fewer streams at once)"]
 
 
+# The held-streams check: in a closed loop a stream is at the server except while a request
+# travels (the client sending it, the server parsing it, and after the last chunk the client
+# starting the next) and, in SGLang's gauges as in the emulator's, while its prefill runs (the
+# new batch is in neither the running batch nor the queue). By Little's law the requests the
+# gauges miss average at most the request rate times (TTFT + the client's read lag + TRANSIT_S),
+# TTFT holding the way in, any queueing (which the gauges do count) and the prefill. The
+# scrapes count the missed requests n times (n scrapes): a count of events that happen
+# independently across streams, so Poisson with n times that mean at most. A level is flagged
+# when the count the scrapes found is beyond that Poisson's upper HELD_ALPHA tail.
+TRANSIT_S = 0.01
+HELD_ALPHA = 1e-3
+
+
+def poisson_tail(mean: float, k: int) -> float:
+    """P(X >= k) for X ~ Poisson(mean), summed upwards from k in log space (no underflow at the
+    means of hundreds of streams times dozens of scrapes); 1.0 where k <= mean (it is then about
+    a half or more, far above any level of significance)."""
+    if k <= 0 or k <= mean:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    total, term, i = 1.0, 1.0, k
+    while term > 1e-12 * total:
+        i += 1
+        term *= mean / i
+        total += term
+    return min(1.0, math.exp(-mean + k * math.log(mean) - math.lgamma(k + 1)) * total)
+
+
+def held_reasons(settings: dict, level: dict) -> list[str]:
+    """The emulator held fewer of the level's open requests than the closed loop allows
+    (module docstring); only over a window (a fixed number of requests ends with fewer open)."""
+    if settings.get("requests"):
+        return []
+    running, queued = level.get("server_running") or {}, level.get("server_queued") or {}
+    scrapes, conc = running.get("samples"), level.get("concurrency")
+    rate, ttft = level.get("request_per_s"), (level.get("ttft_ms") or {}).get("mean")
+    if not scrapes or not conc or running.get("mean") is None or rate is None or ttft is None:
+        return []
+    held = min(float(conc), running["mean"] + (queued.get("mean") or 0.0))
+    missed = int(math.floor((conc - held) * scrapes + 0.5))
+    lag = ((level.get("client") or {}).get("read_lag_ms_mean") or 0.0) / 1000.0
+    allowed = rate * (ttft / 1000.0 + lag + TRANSIT_S)
+    if poisson_tail(allowed * scrapes, missed) >= HELD_ALPHA:
+        return []
+    return [f"engine: held {held:.1f} of the {conc} requests the client kept open (running plus queued over "
+            f"{scrapes} scrape(s) of /metrics; at most {allowed:.1f} on their way in or in prefill at "
+            f"{rate:.1f} requests/s and a {ttft:.0f} ms TTFT): the rest waited between the client and the "
+            "emulator's scheduler, which could not keep up on this machine (slow its time scale down or "
+            "measure fewer streams at once)"]
+
+
 def saturation(settings: dict, server: dict, level: dict, call) -> list[str]:
     """Every reason the level does not describe the node; sets ``level["emulator_model"]``."""
     model = emulator_model(settings, server, level, call) if level.get("output_tok_per_s") else None
     if model is not None:
         level["emulator_model"] = model
-    return client_reasons(level) + engine_reasons(level, model)
+    held = held_reasons(settings, level) if emulation(server) is not None else []
+    return client_reasons(level) + engine_reasons(level, model) + held

@@ -297,8 +297,9 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     level["repeats"] = len(raws)
     metrics = [r["metrics"] for r in raws if r.get("metrics")]
     if metrics:
-        level["server_running"] = metrics[-1]["running"]
-        level["server_queued"] = metrics[-1]["queued"]
+        # With the number of scrapes behind the mean and max (keepup.held_reasons counts them).
+        level["server_running"] = dict(metrics[-1]["running"], samples=metrics[-1].get("samples"))
+        level["server_queued"] = dict(metrics[-1]["queued"], samples=metrics[-1].get("samples"))
         rates = [m["generated_tok_per_s"] for m in metrics if m.get("generated_tok_per_s") is not None]
         level["server_output_tok_per_s"] = round(sum(rates) / len(rates), 3) if rates else None
         # What the scrapes allow the server's count over the window to be (server.counter_at):
