@@ -108,14 +108,14 @@ def test_the_held_check_names_a_machine_that_kept_up_at_most_at_its_stated_rate(
     rng = random.Random(16)
     levels = 20000
     alarms, stalls, missed_stalls = 0, 0, []
-    for _ in range(levels):
+    for _unused in range(levels):
         conc = rng.choice([1, 2, 4, 8, 16, 32, 64, 128, 256])
         scrapes = rng.randint(1, 60)
         rate = rng.uniform(0.5, 200.0)
         ttft = rng.uniform(5.0, 500.0)
         allowed = rate * (ttft / 1000.0 + 0.001 + keepup.TRANSIT_S)
         share = min(1.0, allowed / conc)
-        missed = sum(sum(rng.random() < share for _ in range(conc)) for _ in range(scrapes))
+        missed = sum(rng.random() < share for _dummy in range(scrapes * conc))
         lv = stalled(concurrency=conc, request_per_s=rate, ttft_ms={"mean": ttft},
                      client={"read_lag_ms_mean": 1.0},
                      server_running={"mean": round(conc - missed / scrapes, 2), "samples": scrapes},
