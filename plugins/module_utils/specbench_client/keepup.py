@@ -84,8 +84,11 @@ def engine_reasons(level: dict, model: dict | None) -> list[str]:
 
 # The held-streams check: in a closed loop a stream is at the server except while a request
 # travels (the client sending it, the server parsing it, and after the last chunk the client
-# starting the next) and, in SGLang's gauges as in the emulator's, while its prefill runs (the
-# new batch is in neither the running batch nor the queue). By Little's law the requests the
+# starting the next) and while its prefill runs: the emulator's gauges read its running list and
+# queue live (files/sglang_emulator/metrics.py), and a batch in prefill is in neither
+# (files/sglang_emulator/engine.py, run). Emulator only: SGLang's own gauges are set from the
+# decode batch every decode_log_interval steps (sglang/srt/managers/scheduler_components/
+# metrics_reporter.py), so they may be steps old at a scrape. By Little's law the requests the
 # gauges miss average at most the request rate times (TTFT + the client's read lag + TRANSIT_S),
 # TTFT holding the way in, any queueing (which the gauges do count) and the prefill. The
 # scrapes count the missed requests n times (n scrapes): a count of events that happen
