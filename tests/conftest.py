@@ -3,9 +3,10 @@ folder has a conftest.py, so ``from conftest import`` would be ambiguous)."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
-from specbench_testkit import Emulator
+from specbench_testkit import Emulator, schedule_lines, schedule_unit
 
 
 @pytest.fixture
@@ -38,10 +39,31 @@ def pytest_xdist_make_scheduler(config, log):
 
     class FilesWithVllmAsOne(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return "tests/vllm/" if path.startswith("tests/vllm/") else path
+            return schedule_unit(nodeid)
 
     return FilesWithVllmAsOne(config, log)
+
+
+# Where the wall time went: each worker's units as they ran (first start, last stop of their tests'
+# phases, from the reports the workers send), printed at the end of a run with workers, so a slow
+# run shows its critical path (a worker waiting, one long unit last) and not only the slowest tests.
+SCHEDULE: dict[tuple[str, str], list[float]] = {}
+SESSION_START = time.time()
+
+
+def pytest_runtest_logreport(report):
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", None)
+    if worker is None or not getattr(report, "start", 0):  # not a worker's report (no xdist), or no times
+        return
+    span = SCHEDULE.setdefault((worker, schedule_unit(report.nodeid)), [report.start, report.stop])
+    span[0], span[1] = min(span[0], report.start), max(span[1], report.stop)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if SCHEDULE:
+        terminalreporter.section("schedule: each worker's files (seconds from the session's start)")
+        for line in schedule_lines(SCHEDULE, SESSION_START):
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -75,6 +75,32 @@ def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S
 
 
 # ---------------------------------------------------------------------------------------------
+# The pytest workers' schedule (tests/conftest.py): units and where the wall time went
+# ---------------------------------------------------------------------------------------------
+def schedule_unit(nodeid: str) -> str:
+    """The unit a test is scheduled with: its file, or tests/vllm/ for every file there."""
+    path = nodeid.split("::", 1)[0]
+    return "tests/vllm/" if path.startswith("tests/vllm/") else path
+
+
+def schedule_lines(schedule: dict[tuple[str, str], list[float]], start: float) -> list[str]:
+    """One line per worker: its units, the span they covered, the time inside them, the idle time
+    between them, its three longest units and its last one (seconds from the session's start)."""
+    lines = []
+    for worker in sorted({w for w, _unit in schedule}):
+        units = sorted(((span[0] - start, span[1] - start, unit) for (w, unit), span in schedule.items()
+                        if w == worker))
+        busy = sum(b - a for a, b, _unit in units)
+        first, last = units[0][0], max(b for _a, b, _unit in units)
+        longest = sorted(units, key=lambda u: u[0] - u[1])[:3]
+        named = ", ".join(f"{u} {a:.0f}-{b:.0f}" for a, b, u in longest)
+        a, b, unit = max(units, key=lambda u: u[1])
+        lines.append(f"{worker}: {len(units)} files {first:.0f}-{last:.0f} s, in them {busy:.0f} s, between them "
+                     f"{last - first - busy:.0f} s; longest: {named}; last: {unit} {a:.0f}-{b:.0f}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
 # Loopback: ports and HTTP
 # ---------------------------------------------------------------------------------------------
 def free_port() -> int:

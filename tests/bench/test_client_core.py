@@ -560,3 +560,85 @@ def test_over_window_bounds_sglangs_finish_time_accept_length():
     out = poller.over_window(1.0, 5.0)
     low, high = out["accept_length_bounds"]
     assert low <= 2.5 <= high and low <= out["accept_length"] <= high
+
+
+class SlowMetrics:
+    """A /metrics endpoint on loopback whose answers take as long as ``delays`` says, read by read
+    (the last delay repeats); its generation counter rises by 100 tokens a second."""
+
+    def __init__(self, delays: list[float]):
+        import http.server
+        import time
+
+        self.delays, self.sent = list(delays), []
+        self.t0 = time.monotonic()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                outer.sent.append(time.monotonic())
+                delay = outer.delays.pop(0) if len(outer.delays) > 1 else outer.delays[0]
+                time.sleep(delay)
+                value = 100.0 * (time.monotonic() - outer.t0)
+                body = f"vllm:num_requests_running 4\nvllm:generation_tokens_total {value}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                del args
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _poll(delays: list[float], warmup: float, window: float, halt_after: float):
+    """A poller as level.run_level uses it: started with the level, halted ``halt_after`` seconds
+    after the window's end; returns (poller, window start, window end, the server's read times)."""
+    import time
+
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import MetricsPoller
+
+    server = SlowMetrics(delays)
+    try:
+        t0 = time.monotonic() + 0.05
+        poller = MetricsPoller({"base_url": f"http://127.0.0.1:{server.port}", "metrics_interval_s": 0.2}, t0)
+        poller.start()
+        ws, we = t0 + warmup, t0 + warmup + window
+        time.sleep(we + halt_after - time.monotonic())
+        poller.halt.set()
+        poller.join(timeout=poller.FINAL_TRIES * (poller.FINAL_TIMEOUT_S + 1))
+        assert not poller.is_alive()
+        return poller, ws, we, server.sent
+    finally:
+        server.close()
+
+
+def test_the_window_start_is_bounded_when_the_warmups_reads_answer_late():
+    """The read sent with the level's first requests answers 1.5 s later, after a 1-s warmup ended:
+    the read before the level (answered at once) still bounds the counter at the start."""
+    poller, ws, we, unused = _poll([0.0, 1.5, 0.01], warmup=1.0, window=0.6, halt_after=0.05)
+    assert [s for s in poller.samples if s[1] <= ws], "no read answered before the window's start"
+    out = poller.over_window(ws, we)
+    low, high = out["generated_tokens_bounds"]
+    assert low <= out["generated_tokens"] <= high
+
+
+@pytest.mark.parametrize("slow_read", [0.15, 0.5])
+def test_the_window_end_is_bounded_by_a_read_sent_after_the_halt(slow_read):
+    """Every read takes ``slow_read`` s; the halt comes 0.02 s after the window's end, while a read
+    sent before the end is in flight (the reads go out every 0.2 s + their latency, so one straddles
+    it, or the halt finds the poller waiting): the poller sends one more, after the halt, and the
+    counter over the window is bounded either way."""
+    poller, ws, we, sent = _poll([0.0, slow_read], warmup=0.3, window=0.8, halt_after=0.02)
+    assert any(s[0] >= we for s in poller.samples), "no read sent after the window's end"
+    assert sent[-1] >= we
+    low, high = poller.over_window(ws, we)["generated_tokens_bounds"]
+    # the counter rises 100 tokens/s: over a 0.8-s window 80 tokens, inside the bounds the reads allow
+    assert low <= 80.0 <= high, (low, high)

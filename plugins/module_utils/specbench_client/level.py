@@ -255,8 +255,8 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
     finally:
         if poller:
             poller.halt.set()
-    if poller:
-        poller.join(timeout=5)
+    if poller:  # its last read, sent after the halt, may take a few tries (MetricsPoller.FINAL_TRIES)
+        poller.join(timeout=poller.FINAL_TRIES * (poller.FINAL_TIMEOUT_S + 1))
     crashes = [r["crash"] for r in results if "crash" in r]
     if crashes:
         raise RuntimeError("a client worker process failed: " + "; ".join(crashes))

@@ -243,7 +243,15 @@ def window_counts(samples: list, slots: tuple, ws: float, we: float) -> dict:
 
 
 class MetricsPoller(threading.Thread):
-    """Reads /metrics every ``interval`` seconds from ``start_at`` until halted."""
+    """Reads /metrics every ``interval`` seconds from ``start_at`` until halted, with one read
+    before ``start_at`` and one sent after the halt, so the window the level measured lies between
+    two reads whatever the scrapes' latency (server.counter_at needs a read answered before the
+    window's start and one sent after its end)."""
+
+    # The read that bounds the window's end is sent once the level's requests are done, to a server
+    # that may still be finishing them on a busy machine: a longer timeout, and a few tries.
+    FINAL_TIMEOUT_S = 10.0
+    FINAL_TRIES = 3
 
     def __init__(self, settings: dict, start_at: float):
         super().__init__(daemon=True)
@@ -253,26 +261,48 @@ class MetricsPoller(threading.Thread):
         self.error: str | None = None
         self.halt = threading.Event()
 
+    def scrape(self, timeout: float) -> bool:
+        """One read of /metrics, kept as (sent, received, running, queued, generated, drafts,
+        accepted, verify calls); False when the server did not answer with its gauges."""
+        sent = time.monotonic()
+        try:
+            status, data = http_call(self.settings, "GET", "/metrics", timeout=timeout)
+        except ServerError as exc:
+            self.error = str(exc)
+            return False
+        received = time.monotonic()  # the server read its counters somewhere in between
+        if status != 200:
+            return False
+        running, queued, total, drafts, accepted, verify = parse_all_metrics(data)
+        if running is None:
+            return False
+        self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted, verify))
+        return True
+
     def run(self) -> None:
         interval = self.settings["metrics_interval_s"]
+        timeout = max(1.0, interval)
+        # Before the level's first request: a lower bound of every counter at the window's start
+        # even when the reads during the warmup answer late (on a loaded 2-core machine, vLLM's
+        # server answered the read sent with the first requests after the window had opened, and the
+        # level had no server count: tests/vllm/test_vllm_bench.py).
+        self.scrape(timeout)
         wait = self.start_at - time.monotonic()
-        if wait > 0 and self.halt.wait(wait):
-            return
+        if wait > 0:
+            self.halt.wait(wait)
+        tries = 0
         while True:
-            sent = time.monotonic()
-            try:
-                status, data = http_call(self.settings, "GET", "/metrics", timeout=max(1.0, interval))
-            except ServerError as exc:
-                self.error = str(exc)
-                status, data = 0, b""
-            received = time.monotonic()  # the server read its counters somewhere in between
-            if status == 200:
-                running, queued, total, drafts, accepted, verify = parse_all_metrics(data)
-                if running is not None:
-                    self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted, verify))
-            if self.halt.is_set():
-                break  # the last sample comes after the level ended: the window's end is bracketed
-            self.halt.wait(interval)
+            # Read before sending: only a read sent after the halt, which comes after the window's
+            # end, bounds the counters there (one in flight when the halt came may have been sent
+            # before the end).
+            halted = self.halt.is_set()
+            answered = self.scrape(self.FINAL_TIMEOUT_S if halted else timeout)
+            if halted:
+                tries += 1
+                if answered or tries >= self.FINAL_TRIES:
+                    break
+            else:
+                self.halt.wait(interval)
 
     def over_window(self, ws: float, we: float) -> dict:
         """The server's counters over the window the client measured: generated tokens (per
