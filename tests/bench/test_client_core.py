@@ -642,3 +642,33 @@ def test_the_window_end_is_bounded_by_a_read_sent_after_the_halt(slow_read):
     low, high = poller.over_window(ws, we)["generated_tokens_bounds"]
     # the counter rises 100 tokens/s: over a 0.8-s window 80 tokens, inside the bounds the reads allow
     assert low <= 80.0 <= high, (low, high)
+
+
+def test_edge_chunks_are_the_first_two_token_chunks_after_each_edge_of_requests_sent_before_it():
+    """What the server may have counted before an edge and the client received after it (a merged
+    chunk carries a stalled stream's pending steps): the first two chunks with tokens after the
+    edge, for requests sent before it and still receiving after it."""
+    import types
+
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.worker import Worker
+
+    w = types.SimpleNamespace(ws=10.0, we=15.0, edge_tokens=[0.0, 0.0])
+    Worker._edge_chunks(w, 9.0, [9.5, 10.2, 10.3, 10.4], [1, 0, 7, 2])    # straddles ws: 7 + 2 (the empty chunk skipped)
+    Worker._edge_chunks(w, 14.0, [14.5, 15.1, 15.2, 15.3], [1, 18, 1, 1])  # straddles we: 18 + 1, a merged chunk
+    Worker._edge_chunks(w, 11.0, [11.5, 12.0], [3, 3])                     # inside: neither edge
+    Worker._edge_chunks(w, 15.5, [15.6, 16.0], [5, 5])                     # sent after the end: nothing
+    Worker._edge_chunks(w, 9.0, [9.5, 16.0], [4, 4])                       # straddles both: 4 at each
+    assert w.edge_tokens == [13.0, 23.0]
+
+
+def test_edge_chunk_tokens_only_for_one_fixed_window_and_no_end_where_requests_were_cut():
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.summary import (
+        edge_chunk_tokens as edge,
+    )
+
+    raw = {"edge_tokens": [13.0, 23.0], "cut": 0, "window_end": 15.0, "we": 15.0}
+    assert edge([raw]) == {"start": 13.0, "end": 23.0}
+    assert edge([dict(raw, cut=2)]) == {"start": 13.0, "end": None}       # the cut requests' chunks never came
+    assert edge([dict(raw, window_end=14.0)]) == {"start": 13.0, "end": None}  # closed before its planned end
+    assert edge([raw, raw]) is None                                          # repeats
+    assert edge([dict(raw, edge_tokens=None)]) is None                       # adaptive or fixed-count window

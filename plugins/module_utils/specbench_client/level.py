@@ -307,6 +307,8 @@ def _merge(results: list[dict]) -> dict:
     out["stop_reason"] = reasons[0] if reasons else None
     out["cpu"] = [r["cpu"] for r in results]
     out["lag"] = [r["lag"] for r in results]
+    edges = [r.get("edge_tokens") for r in results]
+    out["edge_tokens"] = [sum(e[0] for e in edges), sum(e[1] for e in edges)] if all(edges) else None
     for key in ("wall_open", "wall_close"):  # every worker read it within a housekeeping tick of the same edge
         out[key] = next((r[key] for r in results if r.get(key) is not None), None)
     out["window_end"] = None

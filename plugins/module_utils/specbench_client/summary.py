@@ -53,6 +53,20 @@ KIND_HELP = {
 }
 
 
+def edge_chunk_tokens(raws: list) -> dict | None:
+    """How far the server's count of the window may run ahead of the client's at each edge, in
+    tokens: over the requests sent before the edge, their first two chunks to arrive after it
+    (worker.Worker._edge_chunks says why two). One fixed window's only (None for repeats, adaptive
+    and fixed-count windows); the end's is None where requests were cut at the end (what they
+    would have received is not known) or the window closed before its planned end."""
+    if len(raws) != 1 or not raws[0].get("edge_tokens"):
+        return None
+    raw = raws[0]
+    start, end = raw["edge_tokens"]
+    closed_early = raw.get("window_end") is None or raw.get("we") is None or abs(raw["window_end"] - raw["we"]) > 1e-6
+    return {"start": round(start, 1), "end": None if raw["cut"] or closed_early else round(end, 1)}
+
+
 def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], float]:
     """(tokens/s over the steady window, batch rates, window seconds); sets raw["window_end"]."""
     ws = raw["ws"]
@@ -310,6 +324,7 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     else:
         level["server_running"] = level["server_queued"] = level["server_output_tok_per_s"] = None
         level["server_generated_tokens"] = level["server_generated_tokens_bounds"] = None
+    level["edge_chunk_tokens"] = edge_chunk_tokens(raws)
     cpus = [c for r in raws for c in r["cpu"] if c is not None]
     lags = [g for r in raws for g in r["lag"] if g is not None]
     peak = max(cpus) if cpus else None

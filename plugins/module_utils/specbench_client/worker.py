@@ -118,6 +118,10 @@ class Worker(ResponseReader):
         self.end_category = array("i")
         self.end_spec_tokens = array("d")
         self.exact = 0  # measured requests whose per-chunk counts were the server's (usage or meta_info)
+        # The tokens of the first two chunks that arrived after each edge of a fixed window, over the
+        # requests sent before it: what the server may have counted before the edge and the client
+        # received after it (see _account); None where the window's end moves (adaptive, counts).
+        self.edge_tokens: list | None = [0.0, 0.0] if not plan.get("adaptive") and plan["budget"] is None else None
         self.ttft: list[float] = []
         self.e2e: list[float] = []
         self.tpot: list[float] = []
@@ -526,6 +530,8 @@ class Worker(ResponseReader):
                 bins.extend([0.0] * (last + 1 - len(bins)))
             for t, k in zip(ts, ks):  # noqa: B905 - the node may run Python < 3.10
                 bins[int((t - t0) * inv)] += k
+            if self.edge_tokens is not None and self.ws is not None:
+                self._edge_chunks(req.t_send, ts, ks)
         if not ok:
             return
         end = req.end
@@ -572,6 +578,28 @@ class Worker(ResponseReader):
                     itl.extend([gap] * k)
             prev = t
 
+    def _edge_chunks(self, sent: float, ts: list, ks: list) -> None:
+        """Add a request's first two token-carrying chunks after each window edge it straddles.
+
+        A server's count runs ahead of its streams: vLLM's output handler counts each engine step's
+        tokens (logger record) after pushing them to the requests' collectors, and pulls the next
+        step from its queue without yielding while steps are queued (vllm/v1/engine/async_llm.py,
+        output_handler; core_client.py, get_output_async), so on a busy server several steps are
+        counted before any stream writes; a collector merges whatever is pending into one output
+        (RequestOutputCollector.put, vllm/v1/engine/output_processor.py). So a token counted before
+        an edge and received after it is in the chunk in flight at the edge or in the next one,
+        the merged one: the first two after the edge bound what the two counts may differ by there
+        (seen: 74 tokens at C=4 on a loaded 2-core machine, 18 steps a stream)."""
+        for i, edge in enumerate((self.ws, self.we)):
+            if sent < edge < ts[-1]:
+                taken = 0
+                for t, k in zip(ts, ks):  # noqa: B905 - the node may run Python < 3.10
+                    if t > edge and k > 0:
+                        self.edge_tokens[i] += k
+                        taken += 1
+                        if taken == 2:
+                            break
+
     def _result(self) -> dict:
         for st in self.streams.values():
             self._close(st)
@@ -593,7 +621,7 @@ class Worker(ResponseReader):
             "tpot": self.tpot, "decode": self.decode, "itl": self.itl, "out_tokens": self.out_tokens,
             "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
             "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,
-            "cpu": cpu, "lag": lag, "streams": len(self.streams), "traces": self.traces,
+            "cpu": cpu, "lag": lag, "streams": len(self.streams), "traces": self.traces, "edge_tokens": self.edge_tokens,
             "wall_open": self.wall_open, "wall_close": self.wall_close,
         }
 
