@@ -121,7 +121,7 @@ class Worker(ResponseReader):
         # The tokens of the first two chunks that arrived after each edge of a fixed window, over the
         # requests sent before it: what the server may have counted before the edge and the client
         # received after it (see _account); None where the window's end moves (adaptive, counts).
-        self.edge_tokens: list | None = [0.0, 0.0] if not plan.get("adaptive") and plan["budget"] is None else None
+        self.edge_tokens: list | None = None if self.adaptive or self.count_mode else [0.0, 0.0]
         self.ttft: list[float] = []
         self.e2e: list[float] = []
         self.tpot: list[float] = []
