@@ -387,8 +387,11 @@ class Api:
 
     async def counters(self, req, resp):
         """The emulator's own per-step counters (SGLang's generation counter moves only when a
-        request finishes): ``generated_tokens`` counts every token as it is emitted."""
-        resp.send(200, {"generated_tokens": self.engine.emitted_tokens, "decode_steps": self.engine.decode_steps})
+        request finishes): ``generated_tokens`` counts every token as it is emitted;
+        ``schedule_lost_s`` and ``lag_resyncs`` the schedule time given up and how often."""
+        resp.send(200, {"generated_tokens": self.engine.emitted_tokens, "decode_steps": self.engine.decode_steps,
+                        "schedule_lost_s": round(self.engine.schedule_lost_s, 6),
+                        "lag_resyncs": self.engine.lag_resyncs})
 
     async def analytic(self, req, resp):
         try:

@@ -30,6 +30,10 @@ VOCAB = (
     "second including well system later against being well group same area work life war"
 ).split()
 MAX_LAG_S = 0.25  # behind schedule by more than this: resync instead of bursting
+# The schedule time given up at each resync is counted (``schedule_lost_s``) and shown on /metrics
+# under an emulator-only name (metrics.py, LOST_NAME): no real engine has a schedule to fall behind,
+# so a client reads it only to ask whether this machine kept the emulator's pace (the client's
+# keepup.schedule_reasons). Lateness up to MAX_LAG_S is caught up by the next steps, not lost.
 
 
 class QueueFull(Exception):
@@ -112,6 +116,7 @@ class Engine:
         self.decode_steps = 0
         self.emitted_tokens = 0  # every token as emitted (GET /emulator/counters)
         self.lag_resyncs = 0
+        self.schedule_lost_s = 0.0  # wall-clock seconds given up at those resyncs
         # Accept length per DP rank, as SGLang's scheduler keeps it
         # (srt/managers/scheduler_components/metrics_reporter.py): tokens and verify steps
         # accumulate per step, and fold into the lifetime totals only when the decode log fires
@@ -205,6 +210,7 @@ class Engine:
             return target
         if now - target > MAX_LAG_S:
             self.lag_resyncs += 1
+            self.schedule_lost_s += now - target
             return now
         return target
 

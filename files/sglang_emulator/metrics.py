@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import bisect
 
+# Emulator only (no real engine serves it): the wall-clock seconds the scheduler loop ran so far
+# behind its modelled schedule that it gave them up (engine.MAX_LAG_S). 0 on a machine that kept
+# up; a client reads its rise over a window as the share of the window the node was not emulated.
+LOST_NAME = "specbench_emulator:schedule_lost_seconds_total"
+
 LATENCY_BUCKETS = (
     0.001,
     0.005,
@@ -96,4 +101,6 @@ class Metrics:
         ):
             out += [f"# HELP sglang:{name} {help_text}", f"# TYPE sglang:{name} histogram"]
             out += hist.render(f"sglang:{name}", labels)
+        out += [f"# HELP {LOST_NAME} Seconds of the modelled schedule the emulator gave up (emulator only).",
+                f"# TYPE {LOST_NAME} counter", f"{LOST_NAME}{{{labels}}} {engine.schedule_lost_s}"]
         return "\n".join(out) + "\n"

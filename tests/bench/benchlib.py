@@ -31,7 +31,8 @@ sys.path.insert(0, str(MODULE_UTILS))
 import bench_scripts  # noqa: E402 - builds the one file the node runs
 import specbench_client as sc  # noqa: E402 - the client core, as a plain package (no Ansible)
 
-__all__ = ["CLIENT", "PACKAGE", "FaultProxy", "Run", "analytic", "build_client", "free_port", "run_playbook", "sc"]
+__all__ = ["CLIENT", "PACKAGE", "FaultProxy", "Run", "analytic", "build_client", "free_port", "kept_up_level",
+           "run_playbook", "sc"]
 
 
 def build_client(folder: Path) -> Path:
@@ -52,6 +53,19 @@ def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -
     url = f"{base_url}/emulator/analytic?concurrency={concurrency}&input_len={input_len}&output_len={output_len}"
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def kept_up_level(settings: dict, concurrency: int, server: dict, tries: int = 2) -> dict:
+    """``sc.run_level`` as the sweep runs a level: one the machine did not keep up with
+    (``level["saturated"]``, specbench_client.keepup) is measured again, ``tries`` times in all
+    (the sweep's bench_saturated_retries + 1). The last is returned if it kept up; otherwise the
+    test fails naming why, never on a figure the machine set."""
+    for _unused in range(tries):
+        level = sc.run_level(settings, concurrency, server)
+        if not level.get("saturated"):
+            return level
+    raise AssertionError(f"C={concurrency}: the machine did not keep up in {tries} tries: "
+                         + "; ".join(level["saturated"]))
 
 
 class Run(PlaybookRun):

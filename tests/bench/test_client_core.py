@@ -540,7 +540,7 @@ def test_over_window_gives_bounds_that_hold_and_accept_length_bounds():
     poller = MetricsPoller({"metrics_interval_s": 0.1}, 0.0)
     for sent, received, value in _scrapes([0.01, 0.2, 0.02] * 40):
         # running, queued, generated, drafts (one per 4 tokens), accepted (3 of every 4), verify calls
-        poller.samples.append((sent, received, 1.0, 0.0, value, value / 4, value * 3 / 4, None))
+        poller.samples.append((sent, received, 1.0, 0.0, value, value / 4, value * 3 / 4, None, None))
     out = poller.over_window(1.0, 5.0)
     truth = _stepped_counter(5.0) - _stepped_counter(1.0)
     low, high = out["generated_tokens_bounds"]
@@ -556,7 +556,7 @@ def test_over_window_bounds_sglangs_finish_time_accept_length():
 
     poller = MetricsPoller({"metrics_interval_s": 0.1}, 0.0)
     for sent, received, value in _scrapes([0.01, 0.2, 0.02] * 40):
-        poller.samples.append((sent, received, 1.0, 0.0, value, None, None, value / 2.5))
+        poller.samples.append((sent, received, 1.0, 0.0, value, None, None, value / 2.5, None))
     out = poller.over_window(1.0, 5.0)
     low, high = out["accept_length_bounds"]
     assert low <= 2.5 <= high and low <= out["accept_length"] <= high

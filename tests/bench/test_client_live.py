@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
-from benchlib import CLIENT, analytic, sc
+from benchlib import CLIENT, analytic, kept_up_level, sc
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
 
@@ -31,7 +34,7 @@ def test_apis_agree_and_accept_length(emulator):
         # counter even when one takes 0.75 s to answer, so server_count_check is never None.
         s = settings(emu.base_url, api=api, concurrency=[4], metrics_interval_s=0.25)
         server = sc.probe_server(s)
-        results[api] = sc.run_level(s, 4, server)
+        results[api] = kept_up_level(s, 4, server)  # the rates compared are the node's, not the machine's
     for api, level in results.items():
         assert level["error"] is None, (api, level)
         assert level["output_tokens_mean"] == 64
@@ -58,7 +61,7 @@ def test_c260_with_two_worker_processes(emulator):
     emu = emulator("--tp-size", "8", "--chunked-prefill-size", "40", time_scale=0.3)
     s = settings(emu.base_url, input_len=32, output_len=32, warmup_s=0.5, window_s=2.0, workers=workers,
                  concurrency=[260])
-    level = sc.run_level(s, 260, sc.probe_server(s))
+    level = kept_up_level(s, 260, sc.probe_server(s))
     assert level["error"] is None, level
     assert level["client"]["workers"] == workers
     truth = analytic(emu.base_url, 260, 32, 32)["output_tok_per_s"]
@@ -141,3 +144,41 @@ def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator
     assert level["output_tok_per_s"] > 0.5 * unstepped["output_tok_per_s"], (level["output_tok_per_s"], unstepped)
     assert unstepped["window_utc_step_s"] == pytest.approx(0, abs=0.001)
     assert not any("the wall clock moved" in w for w in unstepped["warnings"]), unstepped["warnings"]
+
+
+def test_a_stalled_emulator_names_the_schedule_it_gave_up(emulator, monkeypatch):
+    """The emulator stopped for STOP_S inside the window (SIGSTOP, as a machine that starves it):
+    its own counter of the schedule given up (/metrics specbench_emulator:schedule_lost_seconds_total)
+    rises by the stop, read at the window's edges, and the level is flagged as not kept up
+    (keepup.schedule_reasons). Bounds: the scrapes' lower bound of the loss is at least STOP_S less
+    one decode step (the scheduler may have slept until a step after the stop began; a step at C=4
+    and time scale 0.1 is under 5 ms, 0.05 s allowed) and at most the window, which lived through it."""
+    stop_s = 1.0
+    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
+    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=4.0, metrics_interval_s=0.25)
+    server = sc.probe_server(s)
+    original = sc.worker.Worker._open_window
+    stalls = []
+
+    def stall():
+        time.sleep(0.3)  # 2.7 s before the window's end for a late thread
+        os.kill(emu.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(stop_s)
+        finally:
+            os.kill(emu.proc.pid, signal.SIGCONT)
+        stalls.append(stop_s)
+
+    def open_then_stall(self, ws):
+        original(self, ws)
+        if not stalls:
+            stalls.append(threading.Thread(target=stall, daemon=True))
+            stalls[0].start()
+
+    monkeypatch.setattr(sc.worker.Worker, "_open_window", open_then_stall)
+    level = sc.run_level(s, 4, server)
+    assert len(stalls) == 2, "the stall did not run inside the level"
+    assert level["error"] is None, level
+    lost = level["emulator_schedule_lost"]
+    assert stop_s - 0.05 <= lost["bounds_s"][0] <= lost["bounds_s"][1] <= lost["window_s"], lost
+    assert any(r.startswith("engine: the emulator gave up") for r in level["saturated"]), level["saturated"]

@@ -95,6 +95,9 @@ def test_seeds_figures_on_the_default_profile(tmp_path, emulator):
     assert run.rc == 0, run.stdout
     levels = {(host, lv["concurrency"]): lv for host, (mode, _levels, _scale, _flags) in hosts.items()
               for lv in run.results(host, mode)["levels"]}
+    # A level the machine could not keep up with (measured again once by the sweep) fails with why.
+    slow = {key: lv["saturated"] for key, lv in levels.items() if lv.get("saturated")}
+    assert not slow, f"the machine did not keep up: {slow}"
     model = {key: lv["output_tok_per_s"] for key, lv in levels.items()}  # the node's speed, as recorded
     for key, lv in levels.items():
         assert lv["wall_clock_output_tok_per_s"] * hosts[key[0]][2] == pytest.approx(model[key], rel=1e-6)

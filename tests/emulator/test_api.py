@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -167,6 +169,51 @@ def test_metrics_only_when_enabled_and_with_sglang_names(emulator):
     assert 'sglang:generation_tokens_total{model_name="m8",is_streaming="true"} ' in text
 
 
+def lost_seconds(base_url: str) -> float:
+    text = http("GET", base_url + "/metrics")[2].decode()
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+              if line.startswith("specbench_emulator:schedule_lost_seconds_total{")]
+    assert len(values) == 1, text
+    return values[0]
+
+
+def test_metrics_count_the_schedule_a_stalled_emulator_gave_up(emulator):
+    """A stopped process is the stall this counter exists for: the scheduler loop wakes
+    STOP_S late and gives that time up (engine.MAX_LAG_S). Bounds: at least STOP_S less one
+    decode step (the loop may have been asleep until up to a step after the stop began), at most
+    the wall time the stream ran (the counter can lose nothing it did not live through). The
+    counter agrees with GET /emulator/counters, read in the same instant's state."""
+    stop_s = 0.8
+    # At time scale 1 the stream's 400 tokens take 2.5 s (6.3 ms a step): it is still running when
+    # the stop comes 0.3 s in, however late this thread wakes on a busy machine.
+    emu = emulator(*LLAMA, "--enable-metrics", time_scale=1.0)
+    before = lost_seconds(emu.base_url)
+    done = threading.Event()
+
+    def stream():
+        http("POST", emu.base_url + "/generate",
+             {"text": "a b", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}, timeout=60)
+        done.set()
+
+    start = time.monotonic()
+    threading.Thread(target=stream, daemon=True).start()
+    time.sleep(0.3)
+    assert not done.is_set(), "the stream ended before the stall: lengthen it"
+    os.kill(emu.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(stop_s)
+    finally:
+        os.kill(emu.proc.pid, signal.SIGCONT)
+    assert done.wait(60)
+    lived = time.monotonic() - start
+    lost = lost_seconds(emu.base_url) - before
+    step = 0.05  # a decode step of one stream is 6.3 ms here; 0.05 s is generous
+    assert stop_s - step <= lost <= lived, (lost, lived)
+    counters = json.loads(http("GET", emu.base_url + "/emulator/counters")[2])
+    assert counters["lag_resyncs"] >= 1
+    assert abs(counters["schedule_lost_s"] - (before + lost)) < 1e-5
+
+
 def test_health_is_503_while_loading(emulator):
     emu = emulator(*LLAMA, "--emulator-load-seconds", "40", time_scale=0.1, wait=False)
     deadline = time.monotonic() + 10
@@ -252,9 +299,6 @@ def test_startup_log_reads_like_sglangs(emulator):
 
 
 def test_runs_without_emulated_gpus(tmp_path):
-    import os
-    import signal
-
     from specbench_testkit import free_port
 
     port = free_port()

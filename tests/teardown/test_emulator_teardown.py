@@ -51,8 +51,13 @@ def lab_holders(device_dir) -> set[int]:
 def test_node_scope_with_the_roles_emulator_patterns(emulator, lab, tmp_path):
     """The role's own emulator patterns (data in defaults/main.yml, scoped to the node's device
     folder) find the emulator's server and workers by what they are, with no record at all;
-    another emulator on the same machine (another device folder) is not touched."""
-    emu = emulator("--tp-size", "2", "--emulator-profile", "llama-3.1-8b-1x-h100", "--emulator-load-seconds", "0.2")
+    another emulator on the same machine (another device folder) is not touched. The workers
+    ignore SIGTERM: the server, on its own SIGTERM, sends them SIGTERM too, and a worker that obeys
+    may exit before the teardown's SIGTERM reaches it (`killed` lists what the teardown signalled;
+    seen beside a loaded suite, the server alone). Ignoring it, each lives until the teardown's
+    SIGKILL, so each is in `killed` however the three are scheduled."""
+    emu = emulator("--tp-size", "2", "--emulator-profile", "llama-3.1-8b-1x-h100", "--emulator-load-seconds", "0.2",
+                   "--emulator-fault", "ignore-sigterm")
     neighbour = emulator("--tp-size", "1", "--emulator-profile", "llama-3.1-8b-1x-h100",
                          "--emulator-load-seconds", "0.2")
     extravars = lab.extravars(specbench_emulator_device_dir=str(emu.device_dir), gpu_kill_scope="node")
@@ -64,6 +69,7 @@ def test_node_scope_with_the_roles_emulator_patterns(emulator, lab, tmp_path):
     workers = {p["pid"] for g in res["before"]["gpus"] for p in g["processes"]}
     assert set(killed) == {emu.proc.pid, *workers}
     assert all(k["step"] == "pattern" for k in killed.values())
+    assert {pid for pid, k in killed.items() if k["signal"] == "SIGKILL"} == workers
     assert [g["memory_used_mib"] for g in gpus.read_state(str(emu.device_dir))["gpus"]] == [1, 1]
     assert neighbour.proc.poll() is None
     assert gpus.read_state(str(neighbour.device_dir))["gpus"][0]["memory_used_mib"] > 1000

@@ -178,14 +178,19 @@ _GENERATED = tuple(engine.GENERATED for engine in engines.ENGINES)
 _DRAFTS = tuple(engine.SPEC_DRAFTS for engine in engines.ENGINES if engine.SPEC_DRAFTS)
 _ACCEPTED = tuple(engine.SPEC_ACCEPTED for engine in engines.ENGINES if engine.SPEC_ACCEPTED)
 _VERIFY = tuple(engine.SPEC_VERIFY for engine in engines.ENGINES if engine.SPEC_VERIFY)
+# The emulator's own counter of the schedule it gave up (files/sglang_emulator/metrics.py,
+# LOST_NAME; no real engine serves it): read at the window's edges like the others, for
+# keepup.schedule_reasons.
+EMULATOR_LOST = b"specbench_emulator:schedule_lost_seconds_total"
 _SLOT = dict([(n, 0) for n in _RUNNING] + [(n, 1) for n in _QUEUED] + [(n, 2) for n in _GENERATED]
-             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED] + [(n, 5) for n in _VERIFY])
+             + [(n, 3) for n in _DRAFTS] + [(n, 4) for n in _ACCEPTED] + [(n, 5) for n in _VERIFY]
+             + [(EMULATOR_LOST, 6)])
 
 
 def parse_all_metrics(text: bytes) -> list:
-    """[running, queued, generated, drafts, accepted, verify calls] summed over label sets (None:
-    absent)."""
-    out: list = [None] * 6
+    """[running, queued, generated, drafts, accepted, verify calls, the emulator's lost schedule
+    seconds] summed over label sets (None: absent)."""
+    out: list = [None] * 7
     for line in text.splitlines():
         if not line or line[:1] == b"#":
             continue
@@ -263,7 +268,8 @@ class MetricsPoller(threading.Thread):
 
     def scrape(self, timeout: float) -> bool:
         """One read of /metrics, kept as (sent, received, running, queued, generated, drafts,
-        accepted, verify calls); False when the server did not answer with its gauges."""
+        accepted, verify calls, the emulator's lost schedule seconds); False when the server did
+        not answer with its gauges."""
         sent = time.monotonic()
         try:
             status, data = http_call(self.settings, "GET", "/metrics", timeout=timeout)
@@ -273,10 +279,10 @@ class MetricsPoller(threading.Thread):
         received = time.monotonic()  # the server read its counters somewhere in between
         if status != 200:
             return False
-        running, queued, total, drafts, accepted, verify = parse_all_metrics(data)
+        running, queued, total, drafts, accepted, verify, lost = parse_all_metrics(data)
         if running is None:
             return False
-        self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted, verify))
+        self.samples.append((sent, received, running, queued or 0.0, total, drafts, accepted, verify, lost))
         return True
 
     def run(self) -> None:
@@ -310,11 +316,14 @@ class MetricsPoller(threading.Thread):
         spec-decode accept length with its bounds (vLLM: 1 + delta(accepted) / delta(drafts);
         SGLang: delta(generated) / delta(verify calls), both counted at each request's finish).
         Each counter's extremes are taken independently, so the bounds hold whatever the counters
-        did between two scrapes. Empty when no samples bracket the window."""
+        did between two scrapes. On the emulator, also the schedule seconds it gave up in the window
+        (``schedule_lost_s_bounds``). Empty when no samples bracket the window."""
         out: dict = {}
         span = we - ws
-        counts = window_counts(self.samples, (4, 5, 6, 7), ws, we)
-        generated, drafts, accepted, verify = counts[4], counts[5], counts[6], counts[7]
+        counts = window_counts(self.samples, (4, 5, 6, 7, 8), ws, we)
+        generated, drafts, accepted, verify, lost = counts[4], counts[5], counts[6], counts[7], counts[8]
+        if lost is not None:
+            out["schedule_lost_s_bounds"] = [round(max(0.0, lost[0]), 4), round(lost[2], 4)]
         if generated is not None and span > 0:
             out["generated_tok_per_s"] = round(generated[1] / span, 3)
             out["generated_tokens"] = round(generated[1], 1)

@@ -67,6 +67,24 @@ def edge_chunk_tokens(raws: list) -> dict | None:
     return {"start": round(start, 1), "end": None if raw["cut"] or closed_early else round(end, 1)}
 
 
+def schedule_lost(raws: list) -> dict | None:
+    """The schedule the emulator gave up over the level's windows, from its own counter read at
+    each window's edges (server.MetricsPoller.over_window; emulator only): the sum of the windows'
+    bounds and their wall-clock seconds. None where any window lacks it (a real engine serves no
+    such counter; or no scrapes bracketed the window)."""
+    low = high = window = 0.0
+    for raw in raws:
+        bounds = (raw.get("metrics") or {}).get("schedule_lost_s_bounds")
+        if bounds is None or raw.get("ws") is None or raw.get("window_end") is None:
+            return None
+        low, high, window = low + bounds[0], high + bounds[1], window + raw["window_end"] - raw["ws"]
+    if not raws:
+        return None
+    return {"bounds_s": [round(low, 4), round(high, 4)], "window_s": round(window, 3),
+            "source": "/metrics specbench_emulator:schedule_lost_seconds_total at the window's edges "
+                      "(emulator only), wall-clock seconds"}
+
+
 def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], float]:
     """(tokens/s over the steady window, batch rates, window seconds); sets raw["window_end"]."""
     ws = raw["ws"]
@@ -325,6 +343,9 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         level["server_running"] = level["server_queued"] = level["server_output_tok_per_s"] = None
         level["server_generated_tokens"] = level["server_generated_tokens_bounds"] = None
     level["edge_chunk_tokens"] = edge_chunk_tokens(raws)
+    lost = schedule_lost(raws)
+    if lost is not None:
+        level["emulator_schedule_lost"] = lost
     cpus = [c for r in raws for c in r["cpu"] if c is not None]
     lags = [g for r in raws for g in r["lag"] if g is not None]
     peak = max(cpus) if cpus else None
