@@ -152,15 +152,21 @@ def held_reasons(settings: dict, level: dict) -> list[str]:
 
 
 def schedule_reasons(level: dict) -> list[str]:
-    """The emulator gave up more than MODEL_TOLERANCE of the window's schedule, at the least the
-    scrapes allow (module docstring): so much of the window did not run at the modelled speed,
-    the share by which its model is allowed to differ from what it delivers."""
+    """The emulator may have given up more than MODEL_TOLERANCE of the window's schedule (module
+    docstring): the scrapes cannot rule out that so much of the window ran below the modelled
+    speed, the share by which its model may differ from what it delivers. The upper bound decides:
+    it also counts what the emulator gave up between the window's edges and the nearest scrapes
+    outside them (a scrape interval before the start, the halt after the end), but a stall that
+    ends near the end is counted only when the loop wakes, and the last scrape inside the window
+    misses it: beside the suite a launch read 14% under its neighbours at C=32 with [0, 0.56] s lost
+    in a 4-s window. A level flagged for a stall just outside its window is measured again, which
+    costs time; one passed with a stall inside it is wrong evidence."""
     lost = level.get("emulator_schedule_lost") or {}
     bounds, window = lost.get("bounds_s"), lost.get("window_s")
-    if not bounds or not window or bounds[0] <= MODEL_TOLERANCE * window:
+    if not bounds or not window or bounds[1] <= MODEL_TOLERANCE * window:
         return []
-    return [f"engine: the emulator gave up {bounds[0]:.2f} to {bounds[1]:.2f} s of its schedule in the "
-            f"{window:.1f}-s window (at least {100 * bounds[0] / window:.0f}%, from its own "
+    return [f"engine: the emulator gave up {bounds[0]:.2f} to {bounds[1]:.2f} s of its schedule in and around the "
+            f"{window:.1f}-s window (up to {100 * bounds[1] / window:.0f}%, from its own "
             "specbench_emulator:schedule_lost_seconds_total): its scheduler stalled on this machine (slow its "
             "time scale down or measure fewer streams at once)"]
 
