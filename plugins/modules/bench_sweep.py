@@ -344,13 +344,21 @@ levels:
     saturated:
       description:
         - "Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
-          its own model's rate)); empty when it did. A saturated level is not evidence about the node."
+          its own model's rate), C(engine: held 20.0 of the 32 requests ...), C(engine: the emulator gave up ...));
+          empty when it did. A saturated level is not evidence about the node."
       type: list
       elements: str
     emulator_model:
       description:
         - On the emulator only (absent on real engines), its own analytic rate at this level from
           C(GET /emulator/analytic), wall-clock, with its C(source).
+      type: dict
+    emulator_schedule_lost:
+      description:
+        - On the emulator only (absent on real engines), the wall-clock seconds of its modelled schedule
+          its scheduler gave up in the level's windows, C(bounds_s) [low, high] from its counter
+          C(specbench_emulator:schedule_lost_seconds_total) read at each window's edges, C(window_s) and
+          C(source). 0 on a machine that kept up; above 5% of the window the level is C(saturated).
       type: dict
     figures:
       description:
