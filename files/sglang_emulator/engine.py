@@ -33,7 +33,8 @@ MAX_LAG_S = 0.25  # behind schedule by more than this: resync instead of burstin
 # The schedule time given up at each resync is counted (``schedule_lost_s``) and shown on /metrics
 # under an emulator-only name (metrics.py, LOST_NAME): no real engine has a schedule to fall behind,
 # so a client reads it only to ask whether this machine kept the emulator's pace (the client's
-# keepup.schedule_reasons). Lateness up to MAX_LAG_S is caught up by the next steps, not lost.
+# keepup.schedule_reasons). Lateness up to MAX_LAG_S is caught up by the next steps while the batch
+# runs; what is left of it when the engine goes idle is not, and is counted then.
 
 
 class QueueFull(Exception):
@@ -116,7 +117,8 @@ class Engine:
         self.decode_steps = 0
         self.emitted_tokens = 0  # every token as emitted (GET /emulator/counters)
         self.lag_resyncs = 0
-        self.schedule_lost_s = 0.0  # wall-clock seconds given up at those resyncs
+        self.schedule_lost_s = 0.0  # wall-clock seconds given up at those resyncs and at going idle late
+        self.behind_s = 0.0  # how late the last step ran against the schedule (caught up while busy)
         # Accept length per DP rank, as SGLang's scheduler keeps it
         # (srt/managers/scheduler_components/metrics_reporter.py): tokens and verify steps
         # accumulate per step, and fold into the lifetime totals only when the decode log fires
@@ -207,17 +209,26 @@ class Engine:
         now = time.monotonic()
         if target > now:
             await asyncio.sleep(target - now)
+            self.behind_s = max(0.0, time.monotonic() - target)  # woke late: the next steps catch it up
             return target
         if now - target > MAX_LAG_S:
             self.lag_resyncs += 1
             self.schedule_lost_s += now - target
+            self.behind_s = 0.0
             return now
+        self.behind_s = now - target
         return target
 
     async def run(self) -> None:
         next_t = time.monotonic()
         while True:
             if not self.waiting and not self.running:
+                # Idle: whatever the schedule was still behind by is never caught up (the next
+                # request starts the schedule afresh), so its last tokens came that late: lost. At
+                # C=1 that is every request's end; on a machine that keeps up, a wake-up's lateness
+                # (well under a millisecond).
+                self.schedule_lost_s += self.behind_s
+                self.behind_s = 0.0
                 self.wake.clear()
                 await self.wake.wait()
                 next_t = max(next_t, time.monotonic())

@@ -5,8 +5,9 @@ from __future__ import annotations
 import bisect
 
 # Emulator only (no real engine serves it): the wall-clock seconds the scheduler loop ran so far
-# behind its modelled schedule that it gave them up (engine.MAX_LAG_S). 0 on a machine that kept
-# up; a client reads its rise over a window as the share of the window the node was not emulated.
+# behind its modelled schedule that it gave them up (engine.MAX_LAG_S), or was still behind when its
+# batch emptied. Near 0 on a machine that kept up; a client reads its rise over a window as the
+# share of the window the node was not emulated.
 LOST_NAME = "specbench_emulator:schedule_lost_seconds_total"
 
 LATENCY_BUCKETS = (

@@ -358,7 +358,7 @@ levels:
         - On the emulator only (absent on real engines), the wall-clock seconds of its modelled schedule
           its scheduler gave up in the level's windows, C(bounds_s) [low, high] from its counter
           C(specbench_emulator:schedule_lost_seconds_total) read at each window's edges, C(window_s) and
-          C(source). 0 on a machine that kept up; above 5% of the window the level is C(saturated).
+          C(source). Near 0 on a machine that kept up; above 5% of the window the level is C(saturated).
       type: dict
     figures:
       description:

@@ -45,6 +45,11 @@ def node_vars(node_dir: Path, port: int, profile: str = "kimi-k2.5-8x-rtx-pro-60
         # The teardown's pattern step matches command lines machine-wide: scope it to this node's
         # folder, so that one emulated host never kills another's server (or another test's).
         gpu_kill_patterns=[re.escape(str(node_dir))],
+        # A level the machine did not keep up with (keepup.saturation) is measured again, up to three
+        # times: beside vLLM's CPU engine on two cores the emulator stalled through two attempts of
+        # one 3-s level (0.59-0.84 s, then up to 0.28 s of its schedule lost), and the test, rightly,
+        # failed with that reason. A level that keeps up is measured once, as before.
+        bench_saturated_retries=3,
     )
     return local_host(**{**defaults, **more})
 

@@ -20,11 +20,13 @@ such levels out of its verdicts.
   seen in a fresh clone's CI, 20 of 32 held at both scrapes, the rate at 87% of the model with
   an interval of [0, 2x] the model, and the comparison pooled over three launches unclear.
 * The schedule, on the emulator only: the seconds its scheduler loop fell so far behind its
-  modelled schedule that it gave them up (files/sglang_emulator/engine.py, MAX_LAG_S), its own
-  counter read at the window's edges (``level["emulator_schedule_lost"]``). On a machine that
-  keeps up it does not move, so it raises no false alarm; a stall that halves a launch's rate
-  while every stream stays held (seen beside the suite: 385 against 700 tok/s, 31 of 32 held, an
-  interval too wide for the rate check) moves it by the time stalled.
+  modelled schedule that it gave them up (files/sglang_emulator/engine.py: more than MAX_LAG_S
+  behind, or still behind when the batch emptied), its own counter read at the window's edges
+  (``level["emulator_schedule_lost"]``). On a machine that keeps up it moves only by a wake-up's
+  lateness each time the engine goes idle (well under a millisecond; at C=1 once a request), far
+  from 5% of a window; a stall that halves a launch's rate while every stream stays held (seen
+  beside the suite: 385 against 700 tok/s, 31 of 32 held, an interval too wide for the rate check)
+  moves it by the time stalled.
 """
 from __future__ import annotations
 
