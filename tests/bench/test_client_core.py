@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from benchlib import CLIENT, PACKAGE, sc
@@ -568,7 +569,6 @@ class SlowMetrics:
 
     def __init__(self, delays: list[float]):
         import http.server
-        import time
 
         self.delays, self.sent = list(delays), []
         self.t0 = time.monotonic()
@@ -601,8 +601,6 @@ class SlowMetrics:
 def _poll(delays: list[float], warmup: float, window: float, halt_after: float):
     """A poller as level.run_level uses it: started with the level, halted ``halt_after`` seconds
     after the window's end; returns (poller, window start, window end, the server's read times)."""
-    import time
-
     from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import MetricsPoller
 
     server = SlowMetrics(delays)
@@ -644,10 +642,12 @@ def test_the_window_end_is_bounded_by_a_read_sent_after_the_halt(slow_read):
     assert low <= 80.0 <= high, (low, high)
 
 
-def test_edge_chunks_are_the_first_two_token_chunks_after_each_edge_of_requests_sent_before_it():
+def test_edge_chunks_are_the_chunks_of_the_first_two_reads_after_each_edge_of_requests_sent_before_it():
     """What the server may have counted before an edge and the client received after it (a merged
-    chunk carries a stalled stream's pending steps): the first two chunks with tokens after the
-    edge, for requests sent before it and still receiving after it."""
+    chunk carries a stalled stream's pending steps; a read carries its last segment's stamp, so
+    chunks that arrived before the edge and were read with later ones count after it): the chunks
+    with tokens of the first two reads after the edge (one stamp per read), for requests sent
+    before it and still receiving after it."""
     import types
 
     from ansible_collections.specbench.core.plugins.module_utils.specbench_client.worker import Worker
@@ -659,6 +659,10 @@ def test_edge_chunks_are_the_first_two_token_chunks_after_each_edge_of_requests_
     Worker._edge_chunks(w, 15.5, [15.6, 16.0], [5, 5])                     # sent after the end: nothing
     Worker._edge_chunks(w, 9.0, [9.5, 16.0], [4, 4])                       # straddles both: 4 at each
     assert w.edge_tokens == [13.0, 23.0]
+    # One read after ws held three chunks (backlog read at once, one stamp), the next read one more.
+    w = types.SimpleNamespace(ws=10.0, we=15.0, edge_tokens=[0.0, 0.0])
+    Worker._edge_chunks(w, 9.0, [9.5, 10.2, 10.2, 10.2, 10.3, 10.4], [1, 3, 3, 3, 2, 5])
+    assert w.edge_tokens == [11.0, 0.0]
 
 
 def test_edge_chunk_tokens_only_for_one_fixed_window_and_no_end_where_requests_were_cut():
@@ -672,3 +676,37 @@ def test_edge_chunk_tokens_only_for_one_fixed_window_and_no_end_where_requests_w
     assert edge([dict(raw, window_end=14.0)]) == {"start": 13.0, "end": None}  # closed before its planned end
     assert edge([raw, raw]) is None                                          # repeats
     assert edge([dict(raw, edge_tokens=None)]) is None                       # adaptive or fixed-count window
+
+
+def test_the_kernel_stamps_a_read_with_its_last_segments_arrival():
+    """What the edge reads allow for (worker.Worker._edge_chunks): two writes 50 ms apart on loopback,
+    read at once, carry one SO_TIMESTAMPNS stamp, the second write's arrival (tcp_recvmsg reports
+    the receive time of the last skb it copied), so the first write's data is placed 50 ms late.
+    Bounds: the stamp is no earlier than the second send began (its data cannot arrive before),
+    hence at least the sleep between the sends after the first."""
+    import struct
+
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.worker import SO_TIMESTAMPNS
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    client = socket.create_connection(server.getsockname())
+    peer, _unused = server.accept()
+    try:
+        client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        first = time.time()
+        peer.sendall(b"a" * 10)
+        time.sleep(0.05)
+        second = time.time()
+        peer.sendall(b"b" * 10)
+        time.sleep(0.05)
+        buf = bytearray(100)
+        n, anc, _flags, _addr = client.recvmsg_into([buf], 64)
+        assert n == 20 and anc, (n, anc)  # both writes in one read
+        sec, nsec = struct.unpack("@ll", anc[0][2])
+        stamp = sec + nsec * 1e-9
+        assert stamp >= second - 0.001 and stamp - first >= 0.049, (stamp - first, stamp - second)
+    finally:
+        for sock in (client, peer, server):
+            sock.close()

@@ -62,8 +62,8 @@ def test_client_throughput_agrees_with_the_servers_generation_counter(vllm_pool,
     the same window, read by the test's scraper. No percentage: the server's count is bounded by
     the scrapes either side of each edge (Scraper.bounds), the client's may differ from it by the
     tokens in flight at each edge (vllmkit.in_flight_tokens: C x 2 x (k + 1), k = 4 when
-    speculating), by what vLLM counted before an edge and sent after it (the first two chunks after
-    the edge, the level's edge_chunk_tokens) and by rounding. The client's own scrapes bound the
+    speculating), by what vLLM counted before an edge and the client read after it (the chunks of the
+    first two reads after the edge, the level's edge_chunk_tokens) and by rounding. The client's own scrapes bound the
     same count: the two bounds overlap, and the client's estimate lies inside its own."""
     run, doc = measured(vllm_pool, name, mode)
     for level in doc["levels"]:

@@ -225,7 +225,7 @@ def assert_client_count_within_server_bounds(level: dict, server: dict, k: int) 
     """The client's tokens over the window (rate x window) against the server's counter over the
     same window: the counter's bounds from the scrapes, widened by the tokens in flight at each
     edge (in_flight_tokens), by what the server counted before an edge and the client received
-    after it (the level's ``edge_chunk_tokens``: the first two chunks after the edge, which hold it,
+    after it (the level's ``edge_chunk_tokens``: the chunks of the first two reads after the edge, which hold it,
     worker.Worker._edge_chunks says why; the client falls short by the end's, runs over by the
     start's) and the rounding. Derived bounds, not a percentage: on a loaded machine vLLM's count
     ran 74 tokens ahead of the client's at C=4, where two steps in flight allow 8."""

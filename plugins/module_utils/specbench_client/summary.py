@@ -55,7 +55,7 @@ KIND_HELP = {
 
 def edge_chunk_tokens(raws: list) -> dict | None:
     """How far the server's count of the window may run ahead of the client's at each edge, in
-    tokens: over the requests sent before the edge, their first two chunks to arrive after it
+    tokens: over the requests sent before the edge, the chunks of their first two reads after it
     (worker.Worker._edge_chunks says why two). One fixed window's only (None for repeats, adaptive
     and fixed-count windows); the end's is None where requests were cut at the end (what they
     would have received is not known) or the window closed before its planned end."""
