@@ -55,17 +55,14 @@ def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -
         return json.loads(resp.read())
 
 
-def kept_up_level(settings: dict, concurrency: int, server: dict, tries: int = 2) -> dict:
-    """``sc.run_level`` as the sweep runs a level: one the machine did not keep up with
-    (``level["saturated"]``, specbench_client.keepup) is measured again, ``tries`` times in all
-    (the sweep's bench_saturated_retries + 1). The last is returned if it kept up; otherwise the
-    test fails naming why, never on a figure the machine set."""
-    for _unused in range(tries):
-        level = sc.run_level(settings, concurrency, server)
-        if not level.get("saturated"):
-            return level
-    raise AssertionError(f"C={concurrency}: the machine did not keep up in {tries} tries: "
-                         + "; ".join(level["saturated"]))
+def kept_up_level(settings: dict, concurrency: int, server: dict, retries: int = 1) -> dict:
+    """One level through the sweep's own loop (``sc.sweep``), which measures a level the machine did
+    not keep up with (``level["saturated"]``, specbench_client.keepup) again, ``retries`` times at
+    most. The test fails naming why when it never kept up, never on a figure the machine set."""
+    level = sc.sweep(dict(settings, concurrency=[concurrency], saturated_retries=retries), server)[0]
+    assert not level.get("saturated"), (f"C={concurrency}: the machine did not keep up in {retries + 1} tries: "
+                                        + "; ".join(level["saturated"]))
+    return level
 
 
 class Run(PlaybookRun):
