@@ -3,10 +3,35 @@ folder has a conftest.py, so ``from conftest import`` would be ambiguous)."""
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 import time
+from pathlib import Path
 
 import pytest
-from specbench_testkit import Emulator, schedule_lines, schedule_unit
+from specbench_testkit import Emulator, first_ready_unit, schedule_lines, schedule_unit
+
+# The modules the suite's playbooks run compile their zipped sources once per suite, not once per
+# module run (tests/zipimport_cache.py says how, and that only this suite's processes use it): the
+# hook goes into the venv that runs the tests, whose interpreter is the test nodes' Python. Set up
+# by the controlling pytest process (xdist's workers, started after this, inherit the variable).
+ZIPIMPORT_CACHE = Path(__file__).resolve().parent / ".tmp" / "zipimport-cache"
+
+
+def pytest_configure(config):
+    del config
+    if os.environ.get("PYTEST_XDIST_WORKER") or sys.prefix == sys.base_prefix:
+        return  # a worker (set up by its controller), or no venv to install into
+    site = Path(sysconfig.get_paths()["purelib"])
+    hook = Path(__file__).resolve().parent / "zipimport_cache.py"
+    for name, text in (("specbench_zipimport_cache.py", hook.read_text(encoding="utf-8")),
+                       ("specbench_zipimport_cache.pth", "import specbench_zipimport_cache\n")):
+        target = site / name
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            part = target.with_name(f".{name}.{os.getpid()}")
+            part.write_text(text, encoding="utf-8")
+            os.replace(part, target)
+    os.environ.setdefault("SPECBENCH_ZIPIMPORT_CACHE", str(ZIPIMPORT_CACHE))
 
 
 @pytest.fixture
@@ -29,8 +54,13 @@ def emulator(tmp_path):
 # session-scoped pool of vLLM runs (tests/vllm/conftest.py) starts each server once for every
 # file there. That unit is the longest (real servers starting on a busy CPU), so it is queued
 # first (tests/run passes --no-loadscope-reorder: units go out in collection order) and the other
-# worker takes the rest meanwhile. (xdist's own --dist loadgroup cannot do this under pytest 9:
-# it renames items through an attribute pytest no longer reads.)
+# worker takes the rest meanwhile. A unit that needs an engine's venv (UNIT_VENVS) which .ci/run is
+# still building beside the tests waits in the queue, and a free worker takes the next unit instead:
+# a worker that took tests/vllm first sat 220-270 s waiting for .venv-vllm while the other
+# worker and the builds left the CPUs idle a fifth of that time. A waiting unit goes out as soon as
+# its venv is done (the next time a worker asks), or when nothing else is left.
+# (xdist's own --dist loadgroup cannot do this under pytest 9: it renames items through an
+# attribute pytest no longer reads.)
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
@@ -40,6 +70,12 @@ def pytest_xdist_make_scheduler(config, log):
     class FilesWithVllmAsOne(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return schedule_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            ready = first_ready_unit(self.workqueue)
+            if ready is not None:
+                self.workqueue.move_to_end(ready, last=False)  # the unit xdist pops next
+            super()._assign_work_unit(node)
 
     return FilesWithVllmAsOne(config, log)
 

@@ -51,9 +51,9 @@ VENV_BUILD_TIMEOUT_S = 1800
 
 
 def venv_pending(name: str) -> bool:
-    """True while .ci/run is still building the engine venv ``name`` beside the tests."""
+    """True while .ci/run is still building the engine venv ``name`` beside the tests ("": none)."""
     folder = os.environ.get("SPECBENCH_VENV_STATUS")
-    return bool(folder) and not (Path(folder) / name).exists()
+    return bool(folder and name) and not (Path(folder) / name).exists()
 
 
 def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S) -> str | None:
@@ -77,6 +77,16 @@ def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S
 # ---------------------------------------------------------------------------------------------
 # The pytest workers' schedule (tests/conftest.py): units and where the wall time went
 # ---------------------------------------------------------------------------------------------
+# The units (schedule_unit) that need an engine's venv, and which: the scheduler holds them back
+# while .ci/run still builds it (tests/conftest.py).
+UNIT_VENVS = {"tests/vllm/": "vllm", "tests/sglang_parser/test_sglang_parser.py": "sglang"}
+
+
+def first_ready_unit(units) -> str | None:
+    """The first of ``units`` (in order) whose engine venv, if it needs one, is not being built."""
+    return next((unit for unit in units if not venv_pending(UNIT_VENVS.get(unit, ""))), None)
+
+
 def schedule_unit(nodeid: str) -> str:
     """The unit a test is scheduled with: its file, or tests/vllm/ for every file there."""
     path = nodeid.split("::", 1)[0]

@@ -2,13 +2,30 @@
 .ci/run's log keeps it): each worker's units, where its wall time went, its critical path."""
 from __future__ import annotations
 
-from specbench_testkit import schedule_lines, schedule_unit
+from specbench_testkit import UNIT_VENVS, first_ready_unit, schedule_lines, schedule_unit
 
 
 def test_every_vllm_file_is_one_unit_and_every_other_file_its_own():
     assert schedule_unit("tests/vllm/test_vllm_bench.py::test_x[a]") == "tests/vllm/"
     assert schedule_unit("tests/vllm/test_vllm_serve.py::test_y") == "tests/vllm/"
     assert schedule_unit("tests/compare/test_maths.py::test_z") == "tests/compare/test_maths.py"
+
+
+def test_a_unit_whose_venv_is_being_built_waits_and_goes_first_once_it_is_built(tmp_path, monkeypatch):
+    units = ["tests/vllm/", "tests/sglang_parser/test_sglang_parser.py", "tests/compare/test_maths.py"]
+    assert set(UNIT_VENVS) == {"tests/vllm/", "tests/sglang_parser/test_sglang_parser.py"}
+    # No build beside the tests (a developer's run): the queue's order.
+    monkeypatch.delenv("SPECBENCH_VENV_STATUS", raising=False)
+    assert first_ready_unit(units) == "tests/vllm/"
+    # .ci/run building both engine venvs: the first unit that needs neither.
+    monkeypatch.setenv("SPECBENCH_VENV_STATUS", str(tmp_path))
+    assert first_ready_unit(units) == "tests/compare/test_maths.py"
+    assert first_ready_unit(units[:2]) is None  # nothing else left: the scheduler sends the first, which waits
+    # A build that ended (its status file, failed or not: the unit's tests report a failed build).
+    (tmp_path / "sglang").write_text("1 90\n")
+    assert first_ready_unit(units) == "tests/sglang_parser/test_sglang_parser.py"
+    (tmp_path / "vllm").write_text("0 200\n")
+    assert first_ready_unit(units) == "tests/vllm/"
 
 
 def test_each_worker_line_names_its_span_its_idle_time_its_longest_and_its_last_unit():
