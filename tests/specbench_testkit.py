@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -524,6 +525,22 @@ def shared_run(tmp_path_factory, name: str, build) -> tuple[PlaybookRun, Path]:
         run = build(folder)
         run.save(record)
         return run, folder
+
+
+def start_shared_run(tmp_path_factory, name: str, build) -> threading.Thread:
+    """Start ``shared_run(tmp_path_factory, name, build)`` in a thread and return at once: the
+    shared_run of the same name that reads it later waits for it (its lock) and reads its record,
+    or, when it failed without one, runs it again and reports that. For a run that mostly waits
+    (an emulator slowed down), started beside another in the same file."""
+    def run() -> None:
+        try:
+            shared_run(tmp_path_factory, name, build)
+        except Exception:  # noqa: BLE001 - the reader runs it again and fails with the reason
+            pass
+
+    thread = threading.Thread(target=run, name=f"shared-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 # The interval simulations' noise (tests/compare/test_intervals.py, tests/bench/test_level_intervals.py)

@@ -10,7 +10,7 @@ emulated nodes (real processes, localhost only). Three shared runs:
   the first to the better fixed mode at every level and fails the second.
 * ``refine_run``: compare.yml with compare_refine on the Llama-3.1-8B/H100 profile from two levels
   far apart: the crossover lands near the analytic one with hi/lo <= 1.3, using at most 4 extra
-  levels per mode.
+  levels per mode. It runs beside the MoE run (it mostly waits on its slowed emulator).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from compare_kit import node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
-from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
+from specbench_testkit import free_port, inventory, kill_node_servers, shared_run, start_shared_run
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 from sglang_emulator import model
@@ -103,6 +103,9 @@ def moe_run(tmp_path_factory):
         finally:
             kill_node_servers(node)
 
+    # The refine run beside it: it waits on its slowed emulator (time scale 4, 0.3 of a core in a full
+    # run here) most of its 220-280 s, and this file ran 490-540 s with the two in turn.
+    start_shared_run(tmp_path_factory, "regions-refine", build_refine)
     run, tmp = shared_run(tmp_path_factory, "regions-moe", build)
     return run, tmp / "results" / "moe"
 
@@ -141,21 +144,22 @@ def adaptive_run(moe_run, tmp_path_factory):
     return run, tmp / "results" / "adaptive", moe_dir, recommended
 
 
+def build_refine(tmp: Path):
+    node = tmp / "node-llama"
+    hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                                bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
+                                bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)}
+    try:
+        return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
+                            extravars={"results_dir": str(tmp / "results"), "run_id": "refine",
+                                       "compare_plots": False, "compare_refine": True}, timeout=RUN_TIMEOUT_S)
+    finally:
+        kill_node_servers(node)
+
+
 @pytest.fixture(scope="module")
 def refine_run(tmp_path_factory):
-    def build(tmp: Path):
-        node = tmp / "node-llama"
-        hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
-                                    bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
-                                    bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)}
-        try:
-            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "refine",
-                                           "compare_plots": False, "compare_refine": True}, timeout=RUN_TIMEOUT_S)
-        finally:
-            kill_node_servers(node)
-
-    run, tmp = shared_run(tmp_path_factory, "regions-refine", build)
+    run, tmp = shared_run(tmp_path_factory, "regions-refine", build_refine)  # started beside the MoE run
     return run, tmp / "results" / "refine"
 
 
