@@ -76,10 +76,21 @@ def results_of(run_dir: Path, host: str) -> dict:
     return {mode: cmp.pool_runs(found) for mode, found in runs.items()}
 
 
+def compare_on_one_node(tmp: Path, host: str, profile: str, time_scale: float, extravars: dict, **hostvars):
+    """compare.yml on one emulated node (``tmp/node-<host>``), its servers killed after."""
+    node = tmp / f"node-{host}"
+    hosts = {host: node_vars(node, free_port(), profile, time_scale, **hostvars)}
+    try:
+        return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
+                            extravars={"results_dir": str(tmp / "results"), "compare_plots": False, **extravars},
+                            timeout=RUN_TIMEOUT_S)
+    finally:
+        kill_node_servers(node)
+
+
 @pytest.fixture(scope="module")
 def moe_run(tmp_path_factory):
     def build(tmp: Path):
-        node = tmp / "node-moe"
         # MOE_LAUNCHES launches of each mode, interleaved (compare_launches), pooled per level: the
         # regions below come from the pooled levels. 4-s windows: with 2 s, a baseline launch at C=32
         # read 87 % of the model twice here, each time leaving C=32 unclear in the pooled comparison:
@@ -92,16 +103,10 @@ def moe_run(tmp_path_factory):
         # 0.4% of the others (1122, 1118, 1121: a launch replays the same requests) but with its own
         # interval +-31% to +-61% (1.5-1.9 degrees of freedom): pooled, C=128 read unclear beside a
         # suite here, twice. The levels that settle close early; that one runs longer.
-        hosts = {"moe": node_vars(node, free_port(), MOE, 0.5, bench_concurrency=MOE_LEVELS,
-                                  bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
-                                  bench_warmup_s=1, bench_window_s=4, bench_target_rel_ci=0.08,
-                                  bench_window_max_s=12)}
-        try:
-            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "moe",
-                                           "compare_plots": False, "compare_launches": MOE_LAUNCHES}, timeout=RUN_TIMEOUT_S)
-        finally:
-            kill_node_servers(node)
+        return compare_on_one_node(tmp, "moe", MOE, 0.5, {"run_id": "moe", "compare_launches": MOE_LAUNCHES},
+                                   bench_concurrency=MOE_LEVELS, bench_input_len=MOE_LEN, bench_output_len=MOE_LEN,
+                                   bench_warmup_s=1, bench_window_s=4, bench_target_rel_ci=0.08,
+                                   bench_window_max_s=12)
 
     # The refine run beside it: it waits on its slowed emulator (time scale 4, 0.3 of a core in a full
     # run here) most of its 220-280 s, and this file ran 490-540 s with the two in turn.
@@ -145,16 +150,9 @@ def adaptive_run(moe_run, tmp_path_factory):
 
 
 def build_refine(tmp: Path):
-    node = tmp / "node-llama"
-    hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
-                                bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
-                                bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)}
-    try:
-        return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
-                            extravars={"results_dir": str(tmp / "results"), "run_id": "refine",
-                                       "compare_plots": False, "compare_refine": True}, timeout=RUN_TIMEOUT_S)
-    finally:
-        kill_node_servers(node)
+    return compare_on_one_node(tmp, "llama", LLAMA, 4.0, {"run_id": "refine", "compare_refine": True},
+                               sglang_server_tp_size=1, bench_concurrency=LLAMA_LEVELS, bench_input_len=LLAMA_LEN,
+                               bench_output_len=LLAMA_LEN, bench_warmup_s=1, bench_window_s=4)
 
 
 @pytest.fixture(scope="module")
