@@ -532,6 +532,10 @@ def start_shared_run(tmp_path_factory, name: str, build) -> threading.Thread:
     shared_run of the same name that reads it later waits for it (its lock) and reads its record,
     or, when it failed without one, runs it again and reports that. For a run that mostly waits
     (an emulator slowed down), started beside another in the same file."""
+    # The session's base folder first, here: made lazily, and with --basetemp removed and made again,
+    # so the thread and its caller's next shared_run would both make it, and one would fail (seen).
+    tmp_path_factory.getbasetemp()
+
     def run() -> None:
         try:
             shared_run(tmp_path_factory, name, build)
