@@ -388,10 +388,19 @@ class Api:
     async def counters(self, req, resp):
         """The emulator's own per-step counters (SGLang's generation counter moves only when a
         request finishes): ``generated_tokens`` counts every token as it is emitted;
-        ``schedule_lost_s`` and ``lag_resyncs`` the schedule time given up and how often."""
-        resp.send(200, {"generated_tokens": self.engine.emitted_tokens, "decode_steps": self.engine.decode_steps,
-                        "schedule_lost_s": round(self.engine.schedule_lost_s, 6),
-                        "lag_resyncs": self.engine.lag_resyncs})
+        ``decode_batch_sum`` the requests in each decode step, summed; ``schedule_lost_s`` and
+        ``lag_resyncs`` the schedule time given up and how often; ``behind_s`` how late the schedule
+        runs now (caught up while busy); ``idle_s`` the wall-clock seconds with nothing to run,
+        the current stretch included; ``monotonic_s`` the instant they were read (CLOCK_MONOTONIC,
+        the same clock across the machine's processes). A window's rise in monotonic_s less its rise
+        in idle, lost and behind is the time the engine ran its modelled schedule."""
+        engine = self.engine
+        now = time.monotonic()
+        idle = engine.idle_s + (now - engine.idle_since if engine.idle_since is not None else 0.0)
+        resp.send(200, {"monotonic_s": now, "generated_tokens": engine.emitted_tokens, "decode_steps": engine.decode_steps,
+                        "decode_batch_sum": engine.decode_batch_sum,
+                        "schedule_lost_s": round(engine.schedule_lost_s, 6), "lag_resyncs": engine.lag_resyncs,
+                        "behind_s": round(engine.behind_s, 6), "idle_s": round(idle, 6)})
 
     async def analytic(self, req, resp):
         try:
@@ -418,6 +427,7 @@ class Api:
         truth["request_per_s"] = truth["request_per_s"] / scale
         truth["per_stream_tok_per_s"] = truth["per_stream_tok_per_s"] / scale
         truth["step_s"] = truth["step_s"] * scale
+        truth["prefill_s"] = truth["prefill_s"] * scale
         truth.update(time_scale=scale, input_len=in_len, output_len=out_len, profile=self.cfg["profile_name"])
         resp.send(200, truth)
 

@@ -119,6 +119,9 @@ class Engine:
         self.lag_resyncs = 0
         self.schedule_lost_s = 0.0  # wall-clock seconds given up at those resyncs and at going idle late
         self.behind_s = 0.0  # how late the last step ran against the schedule (caught up while busy)
+        self.idle_s = 0.0  # wall-clock seconds with nothing waiting or running, finished stretches
+        self.idle_since: float | None = None  # when the current idle stretch began (None: busy)
+        self.decode_batch_sum = 0  # requests decoded, summed over decode steps (their mean batch)
         # Accept length per DP rank, as SGLang's scheduler keeps it
         # (srt/managers/scheduler_components/metrics_reporter.py): tokens and verify steps
         # accumulate per step, and fold into the lifetime totals only when the decode log fires
@@ -230,8 +233,12 @@ class Engine:
                 self.schedule_lost_s += self.behind_s
                 self.behind_s = 0.0
                 self.wake.clear()
+                self.idle_since = time.monotonic()
                 await self.wake.wait()
-                next_t = max(next_t, time.monotonic())
+                now = time.monotonic()
+                self.idle_s += now - self.idle_since
+                self.idle_since = None
+                next_t = max(next_t, now)
                 continue
             self.running = [r for r in self.running if not r.aborted or self._release(r)]
             batch = self._admit()
@@ -262,6 +269,7 @@ class Engine:
             cost = model.step_cost(self.costs, self.spec, size, steps)
             next_t = await self._sleep_until(next_t + cost * self.scale)
             self.decode_steps += 1
+            self.decode_batch_sum += size
             accepted = attempted = 0
             for req in list(self.running):
                 if req.aborted:

@@ -261,6 +261,8 @@ def steady_state(
         "output_tok_per_s": rate * output_len,
         "per_stream_tok_per_s": rate * output_len / batch,
         "step_s": step_cost(costs, spec, batch, steps),
+        "prefill_s": costs.prefill(input_len),
+        "accept_q_eff": None if accept is None else q_eff,
     }
 
 
