@@ -359,6 +359,8 @@ levels:
           its scheduler gave up in the level's windows, C(bounds_s) [low, high] from its counter
           C(specbench_emulator:schedule_lost_seconds_total) read at each window's edges, C(window_s) and
           C(source). Near 0 on a machine that kept up; above 5% of the window the level is C(saturated).
+          C(bounds_s) is null, with C(unbracketed), where the emulator serves the counter but no reads
+          bracketed a window: the level is then C(saturated) too (whether it kept up is unknown).
       type: dict
     figures:
       description:

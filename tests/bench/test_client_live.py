@@ -146,22 +146,14 @@ def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator
     assert not any("the wall clock moved" in w for w in unstepped["warnings"]), unstepped["warnings"]
 
 
-def test_a_stalled_emulator_names_the_schedule_it_gave_up(emulator, monkeypatch):
-    """The emulator stopped for STOP_S inside the window (SIGSTOP, as a machine that starves it):
-    its own counter of the schedule given up (/metrics specbench_emulator:schedule_lost_seconds_total)
-    rises by the stop, read at the window's edges, and the level is flagged as not kept up
-    (keepup.schedule_reasons). Bounds: the scrapes' lower bound of the loss is at least STOP_S less
-    one decode step (the scheduler may have slept until a step after the stop began; a step at C=4
-    and time scale 0.1 is under 5 ms, 0.05 s allowed) and at most the window, which lived through it."""
-    stop_s = 1.0
-    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
-    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=4.0, metrics_interval_s=0.25)
-    server = sc.probe_server(s)
+def stall_inside_the_window(emu, monkeypatch, stop_s: float, after_s: float) -> list:
+    """SIGSTOP the emulator for ``stop_s``, ``after_s`` after the level's window opens (as a machine
+    that starves it); the list holds the thread, then ``stop_s`` once the stop has ended."""
     original = sc.worker.Worker._open_window
-    stalls = []
+    stalls: list = []
 
     def stall():
-        time.sleep(0.3)  # 2.7 s before the window's end for a late thread
+        time.sleep(after_s)
         os.kill(emu.proc.pid, signal.SIGSTOP)
         try:
             time.sleep(stop_s)
@@ -176,9 +168,49 @@ def test_a_stalled_emulator_names_the_schedule_it_gave_up(emulator, monkeypatch)
             stalls[0].start()
 
     monkeypatch.setattr(sc.worker.Worker, "_open_window", open_then_stall)
+    return stalls
+
+
+def test_a_stalled_emulator_names_the_schedule_it_gave_up(emulator, monkeypatch):
+    """The emulator stopped for STOP_S inside the window (SIGSTOP, as a machine that starves it):
+    its own counter of the schedule given up (/metrics specbench_emulator:schedule_lost_seconds_total)
+    rises by the stop, read at the window's edges, and the level is flagged as not kept up
+    (keepup.schedule_reasons). Bounds: the scrapes' lower bound of the loss is at least STOP_S less
+    one decode step (the scheduler may have slept until a step after the stop began; a step at C=4
+    and time scale 0.1 is under 5 ms, 0.05 s allowed) and at most the window, which lived through it."""
+    stop_s = 1.0
+    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
+    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=4.0, metrics_interval_s=0.25)
+    server = sc.probe_server(s)
+    stalls = stall_inside_the_window(emu, monkeypatch, stop_s, 0.3)  # 2.7 s before the window's end for a late thread
     level = sc.run_level(s, 4, server)
     assert len(stalls) == 2, "the stall did not run inside the level"
     assert level["error"] is None, level
     lost = level["emulator_schedule_lost"]
     assert stop_s - 0.05 <= lost["bounds_s"][0] <= lost["bounds_s"][1] <= lost["window_s"], lost
     assert any(r.startswith("engine: the emulator gave up") for r in level["saturated"]), level["saturated"]
+
+
+def test_a_window_no_scrape_fell_inside_still_reads_the_schedule_given_up(emulator, monkeypatch):
+    """A 1-s window with /metrics read every 30 s: the poller reads before the level's first
+    request, at its warmup's start and once after its halt, so no scrape lies inside the window (as
+    an adaptive window at C=4 closed after 1.04 s with the default 1-s interval, beside the suite).
+    The emulator stopped for STOP_S inside it. The level has no gauges (``server_running`` None) but
+    its counters from the reads either side (server.MetricsPoller.result): the stop lies between
+    those reads, so the upper bound of the loss is at least STOP_S less one decode step (0.05 s, as
+    above; the lower bound may be 0, the reads being outside the window), and the level is flagged.
+    Before, a window with no scrape inside kept no counters, and no keep-up check ran on it."""
+    stop_s = 0.5
+    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
+    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=1.0, metrics_interval_s=30.0)
+    server = sc.probe_server(s)
+    stalls = stall_inside_the_window(emu, monkeypatch, stop_s, 0.1)
+    level = sc.run_level(s, 4, server)
+    assert len(stalls) == 2, "the stall did not run inside the level"
+    assert level["error"] is None, level
+    assert level["server_running"] is None and level["server_queued"] is None, level["server_running"]
+    lost = level["emulator_schedule_lost"]
+    assert lost["bounds_s"][1] >= stop_s - 0.05, lost
+    assert any(r.startswith("engine: the emulator gave up") for r in level["saturated"]), level["saturated"]
+    low, high = level["server_generated_tokens_bounds"]
+    assert low <= level["server_generated_tokens"] <= high, level["server_generated_tokens_bounds"]

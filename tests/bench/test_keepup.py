@@ -175,6 +175,34 @@ def test_the_levels_lost_schedule_sums_its_windows_and_needs_every_one():
     assert lost["bounds_s"] == [0.5, 0.85] and lost["window_s"] == 6.0
     assert schedule_lost([raw([0.0, 0.1]), raw(None)]) is None
     assert schedule_lost([]) is None
+    # The emulator serves the counter, but no reads bracketed one window: unknown, and flagged.
+    unread = raw(None)
+    unread["metrics"]["schedule_lost_served"] = True
+    lost = schedule_lost([raw([0.0, 0.1]), unread])
+    assert lost["bounds_s"] is None and lost["unbracketed"] == "1 of 2 window(s)" and lost["window_s"] == 8.0
+    reasons = keepup.schedule_reasons(halved(emulator_schedule_lost=lost))
+    assert len(reasons) == 1 and reasons[0].startswith("engine: no reads of the emulator's /metrics bracketed 1 of 2")
+
+
+def test_a_window_with_no_scrape_inside_keeps_the_counters_read_either_side():
+    """MetricsPoller.result over a window no scrape fell inside (a 1-s window, reads 2 s apart): no
+    gauges, the counters' bounds from the reads either side, which hold the truth."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.server import MetricsPoller
+
+    poller = MetricsPoller({"metrics_interval_s": 2.0}, 0.0)
+    # (sent, received, running, queued, generated, drafts, accepted, verify, lost): 100 tok/s, and
+    # 0.4 s of schedule given up between the reads at 1.0 and 3.0
+    for sent, lost in ((0.0, 0.0), (1.0, 0.0), (3.0, 0.4)):
+        poller.samples.append((sent, sent + 0.01, 4.0, 0.0, 100.0 * sent, None, None, None, lost))
+    out = poller.result(1.5, 2.5)
+    assert "running" not in out and out["samples"] == 0 and out["schedule_lost_served"]
+    assert out["schedule_lost_s_bounds"] == [0.0, 0.4]
+    low, high = out["generated_tokens_bounds"]
+    assert low <= 100.0 <= high and low <= out["generated_tokens"] <= high
+    # No read answered at all: nothing to say. A server without the emulator's counter: not served.
+    assert MetricsPoller({"metrics_interval_s": 2.0}, 0.0).result(1.5, 2.5) is None
+    poller.samples[:] = [s[:8] + (None,) for s in poller.samples]
+    assert not poller.result(1.5, 2.5)["schedule_lost_served"]
 
 
 def test_a_shortfall_within_the_models_tolerance_is_not_flagged_however_significant():

@@ -162,9 +162,16 @@ def schedule_reasons(level: dict) -> list[str]:
     ends near the end is counted only when the loop wakes, and the last scrape inside the window
     misses it: beside the suite a launch read 14% under its neighbours at C=32 with [0, 0.56] s lost
     in a 4-s window. A level flagged for a stall just outside its window is measured again, which
-    costs time; one passed with a stall inside it is wrong evidence."""
+    costs time; one passed with a stall inside it is wrong evidence. A window the reads did not
+    bracket, from an emulator that serves the counter (summary.schedule_lost, ``unbracketed``), is
+    flagged too: nothing there rules a stall out."""
     lost = level.get("emulator_schedule_lost") or {}
     bounds, window = lost.get("bounds_s"), lost.get("window_s")
+    if lost.get("unbracketed") and window:
+        return [f"engine: no reads of the emulator's /metrics bracketed {lost['unbracketed']} of the level "
+                f"({window:.1f} s): whether it kept its schedule there is unknown (its server did not answer "
+                "around the window: a stalled or overloaded machine; slow its time scale down or measure "
+                "fewer streams at once)"]
     if not bounds or not window or bounds[1] <= MODEL_TOLERANCE * window:
         return []
     return [f"engine: the emulator gave up {bounds[0]:.2f} to {bounds[1]:.2f} s of its schedule in and around the "

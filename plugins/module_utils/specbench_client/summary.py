@@ -67,22 +67,37 @@ def edge_chunk_tokens(raws: list) -> dict | None:
     return {"start": round(start, 1), "end": None if raw["cut"] or closed_early else round(end, 1)}
 
 
+LOST_SOURCE = ("/metrics specbench_emulator:schedule_lost_seconds_total at the window's edges (emulator only), "
+               "wall-clock seconds")
+
+
 def schedule_lost(raws: list) -> dict | None:
     """The schedule the emulator gave up over the level's windows, from its own counter read at
     each window's edges (server.MetricsPoller.over_window; emulator only): the sum of the windows'
-    bounds and their wall-clock seconds. None where any window lacks it (a real engine serves no
-    such counter; or no scrapes bracketed the window)."""
+    bounds and their wall-clock seconds. None where a window has no such counter (a real engine
+    serves none; an engine that served no /metrics). ``bounds_s`` None, with ``unbracketed``, where
+    the server serves the counter but its reads did not bracket a window (none answered before its
+    start, or none sent after its end answered within MetricsPoller's tries): whether the emulator
+    kept its schedule there is unknown (keepup.schedule_reasons)."""
     low = high = window = 0.0
+    unbracketed = 0
     for raw in raws:
-        bounds = (raw.get("metrics") or {}).get("schedule_lost_s_bounds")
-        if bounds is None or raw.get("ws") is None or raw.get("window_end") is None:
+        metrics = raw.get("metrics") or {}
+        bounds = metrics.get("schedule_lost_s_bounds")
+        served = bounds is not None or metrics.get("schedule_lost_served")
+        if raw.get("ws") is None or raw.get("window_end") is None or not served:
             return None
-        low, high, window = low + bounds[0], high + bounds[1], window + raw["window_end"] - raw["ws"]
+        window += raw["window_end"] - raw["ws"]
+        if bounds is None:
+            unbracketed += 1
+        else:
+            low, high = low + bounds[0], high + bounds[1]
     if not raws:
         return None
-    return {"bounds_s": [round(low, 4), round(high, 4)], "window_s": round(window, 3),
-            "source": "/metrics specbench_emulator:schedule_lost_seconds_total at the window's edges "
-                      "(emulator only), wall-clock seconds"}
+    if unbracketed:
+        return {"bounds_s": None, "window_s": round(window, 3), "source": LOST_SOURCE,
+                "unbracketed": f"{unbracketed} of {len(raws)} window(s)"}
+    return {"bounds_s": [round(low, 4), round(high, 4)], "window_s": round(window, 3), "source": LOST_SOURCE}
 
 
 def window_rates(raw: dict, settings: dict) -> tuple[float | None, list[float], float]:
@@ -329,9 +344,11 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     level["repeats"] = len(raws)
     metrics = [r["metrics"] for r in raws if r.get("metrics")]
     if metrics:
-        # With the number of scrapes behind the mean and max (keepup.held_reasons counts them).
-        level["server_running"] = dict(metrics[-1]["running"], samples=metrics[-1].get("samples"))
-        level["server_queued"] = dict(metrics[-1]["queued"], samples=metrics[-1].get("samples"))
+        # With the number of scrapes behind the mean and max (keepup.held_reasons counts them); none
+        # where no scrape fell inside the window (server.MetricsPoller.result).
+        gauges = metrics[-1] if "running" in metrics[-1] else None
+        level["server_running"] = dict(gauges["running"], samples=gauges["samples"]) if gauges else None
+        level["server_queued"] = dict(gauges["queued"], samples=gauges["samples"]) if gauges else None
         rates = [m["generated_tok_per_s"] for m in metrics if m.get("generated_tok_per_s") is not None]
         level["server_output_tok_per_s"] = round(sum(rates) / len(rates), 3) if rates else None
         # What the scrapes allow the server's count over the window to be (server.counter_at):
