@@ -360,7 +360,7 @@ levels:
           C(specbench_emulator:schedule_lost_seconds_total) read at each window's edges, C(window_s) and
           C(source). Near 0 on a machine that kept up; above 5% of the window the level is C(saturated).
           C(bounds_s) is null, with C(unbracketed), where the emulator serves the counter but no reads
-          bracketed a window: the level is then C(saturated) too (whether it kept up is unknown).
+          bracketed a window, and the level is then C(saturated) too (whether it kept up is unknown).
       type: dict
     figures:
       description:
