@@ -665,6 +665,44 @@ def test_edge_chunks_are_the_chunks_of_the_first_two_reads_after_each_edge_of_re
     assert w.edge_tokens == [11.0, 0.0]
 
 
+def test_a_request_that_straddled_the_start_and_finished_before_the_window_opened_counts_at_the_edge():
+    """The window's start reaches a worker from its parent once every worker is ready: a request
+    that straddled it and finished first was accounted before the worker knew the edge. Its chunks
+    after the edge still count there (_open_window), exactly as for one that finished after: on a
+    loaded machine vLLM's C=1 level recorded none at the start, and the client read 40 tokens more
+    than vLLM's counter where the start edge allowed for none. A request that ended before the
+    earliest possible start (the warmup's end, less one bin) is not kept."""
+
+    def finished(worker, sent: float, ts: list, ks: list) -> None:
+        req = sc.Req(0, sent, False, sum(ks))
+        req.ts, req.ks, req.end, req.first = ts, ks, ts[-1], ts[0]
+        worker._account(req, True)
+
+    def worker_at(ws: float | None):
+        settings = sc.normalize_settings({"base_url": "http://127.0.0.1:9", "api": "completions", "output_len": 16,
+                                          "warmup_s": 1.0, "window_s": 5.0})
+        plan = {"settings": settings, "model": "m", "t0": 0.0, "bin_w": 0.02, "starts": [0.0], "budget": None,
+                "key": "k", "trace": 0}
+        worker = sc.Worker(plan, [0])
+        if ws is not None:
+            worker._open_window(ws)
+        return worker
+
+    requests = [(0.2, [0.5, 0.9], [8, 8]),                        # ended before the warmup did: not kept
+                (0.9, [1.0, 1.04, 1.08, 1.08, 1.1], [2, 5, 3, 4, 2]),  # straddles 1.02: reads 1.04 and 1.08
+                (1.1, [1.2, 1.3], [8, 8])]                        # sent after the start: inside
+    late = worker_at(None)
+    for request in requests:
+        finished(late, *request)
+    kept = len(getattr(late, "pre_window", []))
+    late._open_window(1.02)
+    early = worker_at(1.02)
+    for request in requests:
+        finished(early, *request)
+    assert late.edge_tokens == early.edge_tokens == [12.0, 0.0]
+    assert kept == 2 and late.pre_window == []
+
+
 def test_edge_chunk_tokens_only_for_one_fixed_window_and_no_end_where_requests_were_cut():
     from ansible_collections.specbench.core.plugins.module_utils.specbench_client.summary import (
         edge_chunk_tokens as edge,

@@ -122,6 +122,9 @@ class Worker(ResponseReader):
         # requests sent before it: what the server may have counted before the edge and the client
         # received after it (see _account); None where the window's end moves (adaptive, counts).
         self.edge_tokens: list | None = None if self.adaptive or self.count_mode else [0.0, 0.0]
+        # Requests that finished after the warmup but before the window's start reached this worker
+        # (the parent sends it once every worker is ready): (sent, stamps, tokens), for the start edge.
+        self.pre_window: list = []
         self.ttft: list[float] = []
         self.e2e: list[float] = []
         self.tpot: list[float] = []
@@ -248,6 +251,13 @@ class Worker(ResponseReader):
         self.ws = ws
         if not self.count_mode:
             self.we = ws + (self.adaptive["max_s"] if self.adaptive else self.window_s)
+        if self.edge_tokens is not None:
+            # A request that straddled the start and finished before the parent's message came (on
+            # a loaded machine, vLLM at C=1: its chunks after the edge were never counted, and the
+            # client read 40 tokens more than vLLM's counter with no start edge allowed for them).
+            for sent, ts, ks in self.pre_window:
+                self._edge_chunks(sent, ts, ks)
+        self.pre_window = []
         self.cpu0 = _cpu_seconds()
         self.busy_from = time.monotonic()
         self.wall_open = time.time() - self.busy_from
@@ -530,8 +540,11 @@ class Worker(ResponseReader):
                 bins.extend([0.0] * (last + 1 - len(bins)))
             for t, k in zip(ts, ks):  # noqa: B905 - the node may run Python < 3.10
                 bins[int((t - t0) * inv)] += k
-            if self.edge_tokens is not None and self.ws is not None:
-                self._edge_chunks(req.t_send, ts, ks)
+            if self.edge_tokens is not None:
+                if self.ws is not None:
+                    self._edge_chunks(req.t_send, ts, ks)
+                elif ts[-1] >= self.min_ws - self.bin_w:  # may straddle the start, not yet known (_open_window)
+                    self.pre_window.append((req.t_send, ts, ks))
         if not ok:
             return
         end = req.end
