@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 from benchlib import CLIENT, analytic, kept_up_level, sc
@@ -171,23 +172,82 @@ def stall_inside_the_window(emu, monkeypatch, stop_s: float, after_s: float) -> 
     return stalls
 
 
+def emulator_lost_s(emu) -> float:
+    """The emulator's schedule given up so far, read by the test itself (GET /emulator/counters)."""
+    with urllib.request.urlopen(emu.base_url + "/emulator/counters", timeout=10) as resp:
+        return float(json.loads(resp.read())["schedule_lost_s"])
+
+
 def test_a_stalled_emulator_names_the_schedule_it_gave_up(emulator, monkeypatch):
     """The emulator stopped for STOP_S inside the window (SIGSTOP, as a machine that starves it):
     its own counter of the schedule given up (/metrics specbench_emulator:schedule_lost_seconds_total)
     rises by the stop, read at the window's edges, and the level is flagged as not kept up
-    (keepup.schedule_reasons). Bounds: the scrapes' lower bound of the loss is at least STOP_S less
-    one decode step (the scheduler may have slept until a step after the stop began; a step at C=4
-    and time scale 0.1 is under 5 ms, 0.05 s allowed) and at most the window, which lived through it."""
-    stop_s = 1.0
+    (keepup.schedule_reasons).
+
+    Bounds. The upper bound of the loss (the reads either side of the window) is at least STOP_S
+    less one decode step (the scheduler may have slept until a step after the stop began; a step at
+    C=4 and time scale 0.1 is under 5 ms, 0.05 s allowed) and at most the window, which lived
+    through it. The lower bound (the first read sent after the window opened, the last answered
+    before it closed) holds the stop only where those reads bracket it: the stop waits for the
+    poller's first read inside the window to be answered (beside a loaded suite one was answered
+    only after the stop, and the lower bound read 0.005 s), then the test reads the counter itself
+    before the stop and after it until the stop shows; the lower bound is asserted where a read of
+    the poller's was sent after that and answered before the window's end, the case on any machine
+    whose reads are not held up for the rest of the window."""
+    stop_s, window_s = 1.0, 4.0
     emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
-    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=4.0, metrics_interval_s=0.25)
+    s = settings(emu.base_url, concurrency=[4], workers=1, window_s=window_s, metrics_interval_s=0.25)
     server = sc.probe_server(s)
-    stalls = stall_inside_the_window(emu, monkeypatch, stop_s, 0.3)  # 2.7 s before the window's end for a late thread
+    reads: list = []  # (sent, received) of each read the client's poller had answered
+    scrape = sc.server.MetricsPoller.scrape
+
+    def recorded(self, timeout):
+        answered = scrape(self, timeout)
+        if answered:
+            reads.append(self.samples[-1][:2])
+        return answered
+
+    seen: dict = {}
+    original = sc.worker.Worker._open_window
+
+    def stall():
+        ws = seen["ws"]
+        deadline = time.monotonic() + 2.0  # the stop still ends a second before the window does
+        while not any(sent >= ws for sent, _received in reads) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen["inside_answered"] = any(sent >= ws for sent, _received in reads)
+        before = emulator_lost_s(emu)
+        os.kill(emu.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(stop_s)
+        finally:
+            os.kill(emu.proc.pid, signal.SIGCONT)
+        while time.monotonic() < ws + 30.0:
+            if emulator_lost_s(emu) >= before + stop_s - 0.05:
+                seen["shown"] = time.monotonic()  # the counter held the stop by this instant
+                break
+            time.sleep(0.005)
+
+    def open_then_stall(self, ws):
+        original(self, ws)
+        if "ws" not in seen:
+            seen["ws"] = ws
+            seen["thread"] = threading.Thread(target=stall, daemon=True)
+            seen["thread"].start()
+
+    monkeypatch.setattr(sc.server.MetricsPoller, "scrape", recorded)
+    monkeypatch.setattr(sc.worker.Worker, "_open_window", open_then_stall)
     level = sc.run_level(s, 4, server)
-    assert len(stalls) == 2, "the stall did not run inside the level"
+    assert "thread" in seen, "the window never opened"
+    seen["thread"].join(40)
+    assert "shown" in seen, f"the emulator's own counter never showed the {stop_s}-s stop"
     assert level["error"] is None, level
     lost = level["emulator_schedule_lost"]
-    assert stop_s - 0.05 <= lost["bounds_s"][0] <= lost["bounds_s"][1] <= lost["window_s"], lost
+    assert lost["window_s"] == window_s, lost
+    assert stop_s - 0.05 <= lost["bounds_s"][1] <= lost["window_s"], lost
+    we = seen["ws"] + window_s
+    if seen["inside_answered"] and any(sent >= seen["shown"] and received <= we for sent, received in reads):
+        assert stop_s - 0.05 <= lost["bounds_s"][0] <= lost["bounds_s"][1], (lost, reads, seen)
     assert any(r.startswith("engine: the emulator gave up") for r in level["saturated"]), level["saturated"]
 
 
