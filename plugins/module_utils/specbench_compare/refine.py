@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from .verdict import FAILED, UNCLEAR
+from .verdict import FAILED, SATURATED, UNCLEAR
 
 REFINE_MIN_STEP = 1.08  # a bracket narrower than this (hi/lo) has no level worth adding inside
 
@@ -17,8 +17,10 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
 
     For every crossing whose 95% interval (the model-free bracket between the last level that
     clearly pays and the first that clearly loses) is wider than ``ratio`` (hi/lo), the geometric
-    midpoint of its bracket (rounded, not yet measured); every ``unclear`` or ``failed`` level is measured again
-    (its runs pooled), at most ``max_new`` more times. Both modes at each level, one launch per mode.
+    midpoint of its bracket (rounded, not yet measured); every ``unclear``, ``failed`` or ``saturated``
+    level is measured again (its runs pooled: a saturated launch is left out of the pool once another
+    launch at its level kept up, pooling.pool_level), at most ``max_new`` more times. Both modes at
+    each level, one launch per mode.
     Done when nothing is left to refine, when the levels added so far reach ``max_new``, or when
     the round's estimated cost (``modes`` x (``launch_cost_s`` + levels x ``level_cost_s``)) would
     overrun ``budget_s`` after ``spent_s``.
@@ -56,6 +58,12 @@ def refine_plan(comparison: dict, ratio: float = 1.3, budget_s: float | None = N
         elif lv.get("verdict") == FAILED and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
             repeat.append(int(conc))
             why.append(f"C={conc}: failed ({lv.get('failed')}), measured again")
+        elif lv.get("verdict") == SATURATED and conc not in repeat and (lv.get("launches") or 1) < 1 + max_new:
+            # No evidence about the node (the machine did not keep up through the sweep's own retries):
+            # beside a loaded suite a baseline at C=80 lost up to 25% of its schedule in four tries, and
+            # with no launch of it kept, the run read "pays at every level measured, up to C=20".
+            repeat.append(int(conc))
+            why.append(f"C={conc}: saturated (the machine did not keep up), measured again")
     widths = []
     for cross in crossings:
         lo, hi = (cross.get("ci95") or [None, None])
