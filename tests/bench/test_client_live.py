@@ -124,8 +124,8 @@ def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator
     and is named. The kernel stamps follow the step, so the worker's offset for them is read again
     as it runs: a step back of 20 s (inside its 30 s sanity bound) would otherwise stamp every token
     20 s early, before its request was sent, and the window would count none of them."""
-    emu = emulator("--tp-size", "8", time_scale=0.02)
-    s = settings(emu.base_url, concurrency=[4], workers=1)
+    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.02)
+    s = settings(emu.base_url, concurrency=[4], workers=1, metrics_interval_s=0.25)
     server = sc.probe_server(s)
     unstepped = sc.run_level(s, 4, server)
     clock = SteppedWallClock(step)
@@ -151,9 +151,16 @@ def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator
     assert end - start == pytest.approx(level["window_s"] + step, abs=0.002)
     assert any("the wall clock moved" in w for w in level["warnings"]), level["warnings"]
     # Every token in its place: after its request was sent, and in the window. Misplaced, they leave
-    # it close to empty; two runs of one level on the emulator are not a factor of 2 apart.
+    # it close to empty, and the client's tokens of the requests it saw finish between two of its
+    # /metrics reads (timed on the monotonic clock, which the step leaves alone) disagree with the
+    # emulator's own counter over those reads (server_count_check, its bound from the counts and the
+    # reads' round trips). Not a ratio to the unstepped run: beside the suite and two loops (load 12)
+    # a stepped run read 17.1 tok/s against the unstepped 80.4, a machine's stall in a 2-s window.
     assert level["wall_clock_ttft_ms"]["p50"] > 0 and level["wall_clock_e2e_ms"]["p50"] > 0, level["wall_clock_ttft_ms"]
-    assert level["output_tok_per_s"] > 0.5 * unstepped["output_tok_per_s"], (level["output_tok_per_s"], unstepped)
+    for run in (unstepped, level):
+        check = run["server_count_check"]
+        assert check and check["agree"], (check, run["output_tok_per_s"])
+    assert level["output_tok_per_s"] > 0, level
     assert unstepped["window_utc_step_s"] == pytest.approx(0, abs=0.001)
     assert not any("the wall clock moved" in w for w in unstepped["warnings"]), unstepped["warnings"]
 
