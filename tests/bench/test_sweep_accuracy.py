@@ -85,13 +85,16 @@ class CounterReads(threading.Thread):
         self.reads: dict = {name: [] for name in base_urls}
         self.halt = threading.Event()
 
+    def read_all(self) -> None:
+        for name, url in self.base_urls.items():
+            sent = time.time()
+            with urllib.request.urlopen(url + "/emulator/counters", timeout=10) as resp:
+                c = json.loads(resp.read())
+            self.reads[name].append((sent, time.time(), c["idle_s"] + c["schedule_lost_s"], c["behind_s"]))
+
     def run(self) -> None:
         while True:
-            for name, url in self.base_urls.items():
-                sent = time.time()
-                with urllib.request.urlopen(url + "/emulator/counters", timeout=10) as resp:
-                    c = json.loads(resp.read())
-                self.reads[name].append((sent, time.time(), c["idle_s"] + c["schedule_lost_s"], c["behind_s"]))
+            self.read_all()
             if self.halt.wait(0.05):
                 break
 
@@ -102,12 +105,7 @@ class CounterReads(threading.Thread):
     def __exit__(self, *exc):
         self.halt.set()
         self.join(15)
-        # The last reads, sent after the run: they bound the window's end whatever the thread's pace.
-        for name, url in self.base_urls.items():
-            sent = time.time()
-            with urllib.request.urlopen(url + "/emulator/counters", timeout=10) as resp:
-                c = json.loads(resp.read())
-            self.reads[name].append((sent, time.time(), c["idle_s"] + c["schedule_lost_s"], c["behind_s"]))
+        self.read_all()  # sent after the run: they bound the window's end whatever the thread's pace
 
     def unscheduled_s(self, name: str, level: dict) -> tuple[float, float]:
         """(low, high) of the wall seconds in the level's window that the emulator did not run its
