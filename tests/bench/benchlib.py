@@ -55,10 +55,12 @@ def analytic(base_url: str, concurrency: int, input_len: int, output_len: int) -
         return json.loads(resp.read())
 
 
-def kept_up_level(settings: dict, concurrency: int, server: dict, retries: int = 1) -> dict:
+def kept_up_level(settings: dict, concurrency: int, server: dict, retries: int = 3) -> dict:
     """One level through the sweep's own loop (``sc.sweep``), which measures a level the machine did
     not keep up with (``level["saturated"]``, specbench_client.keepup) again, ``retries`` times at
-    most. The test fails naming why when it never kept up, never on a figure the machine set."""
+    most. The test fails naming why when it never kept up, never on a figure the machine set.
+    Three retries: beside the suite and three loops (load 8 on 2 cores) a C=260 level's workers
+    were starved (2% of a core each, data read 18.4 ms after it arrived) through both of two tries."""
     level = sc.sweep(dict(settings, concurrency=[concurrency], saturated_retries=retries), server)[0]
     assert not level.get("saturated"), (f"C={concurrency}: the machine did not keep up in {retries + 1} tries: "
                                         + "; ".join(level["saturated"]))

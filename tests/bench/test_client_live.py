@@ -43,7 +43,7 @@ def test_apis_agree_and_accept_length(emulator):
         # counter even when one takes 0.75 s to answer, so server_count_check is never None.
         s = settings(emu.base_url, api=api, concurrency=[4], metrics_interval_s=0.25)
         server = sc.probe_server(s)
-        results[api] = kept_up_level(s, 4, server, retries=3)  # the rates compared are the node's, not the machine's
+        results[api] = kept_up_level(s, 4, server)  # the rates compared are the node's, not the machine's
     for api, level in results.items():
         assert level["error"] is None, (api, level)
         assert level["output_tokens_mean"] == 64
