@@ -10,7 +10,7 @@ that level runs to its maximum and says so.
 from __future__ import annotations
 
 import pytest
-from benchlib import sc
+from benchlib import kept_up_level, sc
 
 lvl = sc.level
 SettingsError = sc.SettingsError
@@ -83,13 +83,16 @@ def test_the_plan_and_the_record():
 
 
 def test_an_adaptive_window_closes_early_when_settled_and_runs_to_its_maximum_otherwise(emulator):
-    emu = emulator("--tp-size", "8", time_scale=0.1)
+    emu = emulator("--tp-size", "8", "--enable-metrics", time_scale=0.1)
     # C=1 at time scale 0.1: a request lasts 0.28 s, so 5 of them take 1.4 s of the 6 s planned. Its rate
     # is steady (the interval some +-1 % idle); +-20 % leaves room for a machine loaded to 10 (whose
-    # scheduling jitter widened the +-5 % this test first asked beyond reach in 4 s).
+    # scheduling jitter widened the +-5 % this test first asked beyond reach in 4 s). A level the
+    # machine did not keep up with (the emulator's given-up schedule, read from its /metrics; a starved
+    # client) is measured again (kept_up_level): beside three loops on 2 cores one such level ran
+    # 7.92 s and its interval stayed wider than +-20 %, evidence about the machine, not the window.
     fast = settings(emu.base_url, target_rel_ci=0.2, window_s=6.0, window_max_s=8.0, window_min_requests=5)
     server = sc.probe_server(fast)
-    level = sc.run_level(fast, 1, server)
+    level = kept_up_level(fast, 1, server)
     assert level["error"] is None, level
     window = level["window"]
     assert window["adaptive"] and window["target_reached"], window
