@@ -748,3 +748,32 @@ def test_the_kernel_stamps_a_read_with_its_last_segments_arrival():
     finally:
         for sock in (client, peer, server):
             sock.close()
+
+
+def test_a_kernel_stamp_places_data_when_it_arrived_never_before_the_requests_previous_read():
+    """worker.arrival: the kernel's CLOCK_REALTIME stamp moved to the monotonic clock by the offset
+    read at the read. A read that came without a stamp is timed when it was read, and the next
+    read's stamp can fall before that: placed as it was, a request's chunks ran out of order, and the
+    worker's binning (which sizes its bins by the last chunk) raised IndexError beside the suite."""
+    arrival = sc.worker.arrival
+    wall_offset = 1_700_000_000.0  # the wall clock less the monotonic one
+    read_at = 100.0
+    stamp = wall_offset + 99.9993  # arrived 0.7 ms before the read
+    assert arrival(read_at, stamp, wall_offset + read_at, sent=99.0, prev=None) == pytest.approx(99.9993, abs=1e-6)
+    # Before the request was sent (a wall-clock step back, or a stale stamp), or not in the 30 s
+    # before the read, or after it: the read time.
+    assert arrival(read_at, stamp, wall_offset + read_at, sent=99.9995, prev=None) == read_at
+    assert arrival(read_at, wall_offset + 60.0, wall_offset + read_at, sent=None, prev=None) == read_at
+    assert arrival(read_at, wall_offset + 100.5, wall_offset + read_at, sent=None, prev=None) == read_at
+    # A wall-clock step of -20 s between the arrival and the read moves the stamp and the offset alike.
+    assert arrival(read_at, stamp - 20, wall_offset - 20 + read_at, sent=99.0, prev=None) == pytest.approx(99.9993, abs=1e-6)
+    # The previous read of the request had no stamp and was timed at its read, 99.9995: this one's
+    # stamp, 0.2 ms before that, is placed with it, not before it.
+    assert arrival(read_at, stamp, wall_offset + read_at, sent=99.0, prev=99.9995) == 99.9995
+    # In sequence: a read without a stamp, then a read whose stamp falls before it. The chunks keep
+    # their order, so the bin of the last one is the latest (worker._account sizes its bins by it).
+    ts = [99.9995]
+    ts.append(arrival(read_at, stamp, wall_offset + read_at, sent=99.0, prev=ts[-1]))
+    assert ts == sorted(ts)
+    bin_w = 0.001
+    assert int(max(ts) / bin_w) == int(ts[-1] / bin_w)

@@ -28,12 +28,28 @@ from .request import Req, RequestFactory
 from .settings import parse_base_url
 from .summary import window_interval
 
-__all__ = ["BODY", "CONNECTING", "HEAD", "IDLE", "SENDING", "Req", "Stream", "Worker", "snap"]
+__all__ = ["BODY", "CONNECTING", "HEAD", "IDLE", "SENDING", "Req", "Stream", "Worker", "arrival", "snap"]
 
 READ_SIZE = 256 * 1024
 ADAPT_BINS = 250  # an adaptive window judges its interval on at most this many bins (a few ms a check)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
+
+
+def arrival(t: float, stamp: float, wall_now: float, sent: float | None, prev: float | None) -> float:
+    """When a read's data reached the socket, on the monotonic clock: the kernel's CLOCK_REALTIME
+    ``stamp`` moved by the wall clock's offset read now (``wall_now`` at monotonic ``t``, the read's
+    time), so a step of the wall clock (NTP, a paused VM resuming) misplaces at most the data that
+    arrived before it and was read after. A stamp not in the 30 s before the read, or before its
+    request was sent (``sent``), is such data, and keeps the read time ``t``. Never before the
+    request's previous token-carrying read (``prev``): a read that came without a stamp, or whose
+    stamp was refused, was timed when it was read, and a later read's stamp can fall before that
+    (seen beside the suite at C=1: a request's chunks out of order, and the worker's binning of them
+    raised IndexError)."""
+    tk = stamp - (wall_now - t)
+    if not t - 30.0 < tk < t or (sent is not None and tk < sent):
+        return t
+    return tk if prev is None or tk >= prev else prev
 
 
 def snap(t: float, t0: float, bin_w: float) -> float:
@@ -204,14 +220,12 @@ class Worker(ResponseReader):
                     t = monotonic()
                     if anc:
                         # When the data reached the socket (the kernel's stamp), not when this loop
-                        # got to it: a busy or descheduled client does not stamp late. The stamp is
-                        # CLOCK_REALTIME: moved to the monotonic clock by the offset read now, so a
-                        # step of the wall clock (NTP, a paused VM resuming) misplaces at most the
-                        # data that arrived before it and was read after; a stamp before its
-                        # request was sent is such data, and keeps the read time.
+                        # got to it: a busy or descheduled client does not stamp late (arrival).
                         sec, nsec = unpack_ts(anc[0][2])
-                        tk = sec + nsec * 1e-9 - (wall() - t)
-                        if t - 30.0 < tk < t and (st.req is None or tk >= st.req.t_send):
+                        req = st.req
+                        tk = arrival(t, sec + nsec * 1e-9, wall(), None if req is None else req.t_send,
+                                     req.ts[-1] if req is not None and req.ts else None)
+                        if tk < t:
                             self.lag_sum += t - tk
                             self.lag_n += 1
                             t = tk
