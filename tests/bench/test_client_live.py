@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 import pytest
+from acceptance_draws import accept_length_band
 from benchlib import CLIENT, analytic, kept_up_level, sc
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
@@ -26,37 +27,6 @@ def settings(base_url: str, **extra) -> dict:
            "drain": False}
     raw.update(extra)
     return sc.normalize_settings(raw)
-
-
-def verify_steps(q_eff: float, steps: int, tokens: int) -> tuple[float, float]:
-    """Mean and standard deviation of the verify steps one request takes to decode ``tokens``
-    tokens when each step gains 1 + consecutive accepts, at most ``steps`` + 1 (the emulator's
-    model.draw_accept; its last step is cut to what the request still needs). Exact, by the
-    recursion over the tokens still to go."""
-    gains = [q_eff ** (k - 1) * (1 - q_eff) for k in range(1, steps + 1)] + [q_eff**steps]
-    m1, m2 = [0.0] * (tokens + 1), [0.0] * (tokens + 1)
-    for left in range(1, tokens + 1):
-        after = [(p, max(0, left - k)) for k, p in enumerate(gains, 1)]
-        m1[left] = 1 + sum(p * m1[rest] for p, rest in after)
-        m2[left] = 1 + sum(p * (2 * m1[rest] + m2[rest]) for p, rest in after)
-    return m1[tokens], math.sqrt(max(0.0, m2[tokens] - m1[tokens] ** 2))
-
-
-def accept_length_band(level: dict, truth: dict, output_len: int) -> tuple[float, float, int]:
-    """The accept length a level's source must read, and how far it may sit from it: each request
-    yields output_len tokens (the first from its prefill) over its verify steps, and the source
-    sums both over the n requests it covers (the native API names n; the engine's counters cover
-    the requests finished between the client's two /metrics reads inside the window, at least the
-    server's tokens over those reads / output_len). Z standard errors of the ratio of those sums."""
-    mean_v, sd_v = verify_steps(truth["accept_q_eff"], truth["draft_steps"], output_len - 1)
-    source = level["accept_length_source"]
-    if source.startswith("/generate per request"):
-        n = int(source.split("over the ")[1].split(" requests")[0])
-    else:
-        n = int(level["server_count_check"]["server_tokens"] // output_len)
-    assert n >= 2, (source, level["server_count_check"])
-    expected = output_len / mean_v
-    return expected, Z * expected * sd_v / mean_v / math.sqrt(n), n
 
 
 Z = 4.5  # standard errors: a one-in-150,000 miss per comparison
@@ -104,7 +74,7 @@ def test_apis_agree_and_accept_length(emulator):
         assert level["cache_flushed"] is True, api
     truth = analytic(emu.base_url, 4, 64, 64)
     for api, level in results.items():
-        expected, tolerance, n = accept_length_band(level, truth, 64)
+        expected, tolerance, n = accept_length_band(level, truth, 64, Z)
         assert level["accept_length"] == pytest.approx(expected, abs=tolerance), (api, n, level["accept_length_source"])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from acceptance_draws import accept_cv
 from loadgen import analytic, closed_loop_window
 
 from sglang_emulator import model
@@ -17,15 +18,6 @@ SCALES = {1: 0.25, 70: 0.05}
 
 
 Z = 4.5  # standard errors: a one-in-150,000 miss per run for the draws' noise
-
-
-def accept_cv(q_eff: float, steps: int) -> float:
-    """Coefficient of variation of one request's tokens from one verify step (model.draw_accept:
-    1 + consecutive accepts, at most ``steps`` + 1)."""
-    probs = [q_eff ** (k - 1) * (1 - q_eff) for k in range(1, steps + 1)] + [q_eff**steps]
-    mean = sum(k * p for k, p in enumerate(probs, 1))
-    var = sum((k - mean) ** 2 * p for k, p in enumerate(probs, 1))
-    return math.sqrt(var) / mean
 
 
 def window_tolerance(window, truth: dict) -> dict:
