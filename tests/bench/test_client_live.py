@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 from acceptance_draws import accept_length_band
 from benchlib import CLIENT, analytic, kept_up_level, sc
+from emulator_counters import CounterReads, held_to_model
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
 
@@ -80,19 +81,23 @@ def test_apis_agree_and_accept_length(emulator):
 
 def test_c260_with_two_worker_processes(emulator):
     """Beyond 256 streams in two processes sharing the monotonic clock (one process runs C=250
-    in the accuracy test): the steady state near the truth (prefills unbatched so the analytic
-    formula holds)."""
+    in the accuracy test): the steady state at the model (prefills unbatched so the analytic
+    formula holds). Held to the model over the time the emulator ran its schedule, within what the
+    window's own counts allow (emulator_counters.held_to_model: a step or prefill at each edge, one
+    prefill of mix, and the batch's shortfall from 260 running, which is each stream's turnaround
+    between its requests, read from the emulator's decode steps and their batches inside the
+    window); a fixed 8 % had stood for that turnaround, "a few % on a busy machine"."""
     workers = 2
-    emu = emulator("--tp-size", "8", "--chunked-prefill-size", "40", time_scale=0.3)
-    s = settings(emu.base_url, input_len=32, output_len=32, warmup_s=0.5, window_s=2.0, workers=workers,
-                 concurrency=[260])
-    level = kept_up_level(s, 260, sc.probe_server(s))
+    emu = emulator("--tp-size", "8", "--chunked-prefill-size", "40", "--enable-metrics", time_scale=0.3)
+    s = settings(emu.base_url, input_len=32, output_len=32, warmup_s=0.5, window_s=6.0, workers=workers,
+                 concurrency=[260], drain=True)
+    with CounterReads({"emu": emu.base_url}) as reads:
+        level = kept_up_level(s, 260, sc.probe_server(s))
     assert level["error"] is None, level
     assert level["client"]["workers"] == workers
-    truth = analytic(emu.base_url, 260, 32, 32)["output_tok_per_s"]
-    # 32-token outputs: each stream's turnaround between requests (1-2.5 ms, more on a busy
-    # machine) costs a few %, which the analytic figure does not include.
-    assert level["wall_clock_output_tok_per_s"] == pytest.approx(truth, rel=0.08)
+    held = held_to_model(reads, "emu", level, analytic(emu.base_url, 260, 32, 32))
+    print("C=260 over the scheduled time:", held)
+    assert held["ok"], (level["output_tok_per_s"], held)
     # The level's own figure is the emulated node's (labels.level_at_node_speed).
     assert level["output_tok_per_s"] == pytest.approx(level["wall_clock_output_tok_per_s"] * 0.3, rel=1e-6)
     assert level["requests_failed"] == 0 and level["requests_ok"] > 260
