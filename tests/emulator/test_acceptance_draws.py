@@ -33,7 +33,7 @@ def test_verify_steps_matches_the_emulators_draw(q_eff, steps, tokens):
     requests)."""
     rng = random.Random(20261204 + steps)
     n = 4000
-    draws = [request_steps(rng, q_eff, steps, tokens) for _ in range(n)]
+    draws = [request_steps(rng, q_eff, steps, tokens) for _unused1 in range(n)]
     mean = sum(draws) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in draws) / (n - 1))
     want_mean, want_sd = verify_steps(q_eff, steps, tokens)
@@ -65,7 +65,7 @@ def test_the_accept_length_band_covers_95_percent_at_1_96(requests):
     expected, band, n = accept_length_band(level, truth, 64, z=1.96)
     assert n == requests
     trials, inside = 1000, 0
-    for _ in range(trials):
-        verify = sum(request_steps(rng, 0.6, 3, 63) for _ in range(requests))
+    for _unused1 in range(trials):
+        verify = sum(request_steps(rng, 0.6, 3, 63) for _unused2 in range(requests))
         inside += abs(64 * requests / verify - expected) <= band
     assert inside / trials == pytest.approx(0.95, abs=Z * math.sqrt(0.95 * 0.05 / trials)), inside
