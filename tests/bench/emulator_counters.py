@@ -1,7 +1,8 @@
 """What the emulator itself did during a sweep level, read from outside it (GET
-/emulator/counters every 50 ms, files/sglang_emulator/engine.py), and a level's rate held to the
-emulator's model over the time it ran its schedule: the tests that compare the client's figure with
-the model take their tolerance from the window's own counts here, not a fixed percentage."""
+/emulator/counters every 50 ms: files/sglang_emulator/api.py, ``counters``, over engine.py's own
+counts), and a level's rate held to the emulator's model over the time it ran its schedule: the
+tests that compare the client's figure with the model take their tolerance from the window's own
+counts here, not a fixed percentage."""
 from __future__ import annotations
 
 import datetime as dt
