@@ -184,13 +184,26 @@ class Scraper(threading.Thread):
                 return low, values[key]
         raise AssertionError(f"no scrape of {key} sent after {t}")
 
+    def coverage(self, ws: float, we: float) -> dict:
+        """How well this scraper saw the window [ws, we] (for a failure's message): its scrapes
+        answered inside it, those unanswered (no server, a stall, or the 2-s timeout) from 1 s
+        before to 1 s after, and the longest time between two answers across it."""
+        near = [(s, r, v) for s, r, v in self.samples if ws - 1 <= s <= we + 1]
+        answered = [r for s, r, v in near if v is not None]
+        times = [ws, *[r for r in answered if ws < r < we], we]
+        return {"answered_inside": sum(1 for s, r, v in near if v is not None and ws <= s and r <= we),
+                "unanswered_near": sum(1 for unused_s, unused_r, v in near if v is None),
+                "longest_gap_s": round(max(b - a for a, b in zip(times, times[1:], strict=False)), 3),
+                "window_s": round(we - ws, 3)}
+
     def over(self, level: dict) -> dict:
         """The server's own figures over a level's recorded window, as bounds: generated tokens
         ``(low, high)`` and, for a speculative server, accept length ``(low, high)`` (each
         counter's extremes taken independently, so they hold whatever happened between scrapes)."""
         ws, we = utc(level["window_start_utc"]), utc(level["window_end_utc"])
         inside = [v for s, r, v in self.samples if v is not None and ws <= s and r <= we]
-        assert inside, f"no scrape answered inside the window {level['window_start_utc']} .. {level['window_end_utc']}"
+        assert inside, (f"no scrape answered inside the window {level['window_start_utc']} .. {level['window_end_utc']}: "
+                        f"{self.coverage(ws, we)}")
         out = {}
         for key in ("generated", "drafts", "accepted"):
             if key in inside[0]:  # this server's counters (a plain server has no spec-decode ones)
@@ -198,7 +211,8 @@ class Scraper(threading.Thread):
                 out[key] = (lo_e - hi_s, hi_e - lo_s)
         if "drafts" in out and out["drafts"][1] > 0:  # a speculative server
             drafts, accepted = out["drafts"], out["accepted"]
-            assert drafts[0] > 0, f"too few drafts in the window to bound accept length: {drafts}"
+            assert drafts[0] > 0, (f"too few drafts in the window to bound accept length: {drafts}; the test's "
+                                   f"scrapes over it: {self.coverage(ws, we)}")
             out["accept_length"] = (1 + max(0.0, accepted[0]) / drafts[1], 1 + accepted[1] / drafts[0])
         return out
 
