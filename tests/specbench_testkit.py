@@ -16,6 +16,7 @@ only adds its defaults.
 
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import json
 import math
@@ -109,6 +110,13 @@ def schedule_lines(schedule: dict[tuple[str, str], list[float]], start: float) -
         lines.append(f"{worker}: {len(units)} files {first:.0f}-{last:.0f} s, in them {busy:.0f} s, between them "
                      f"{last - first - busy:.0f} s; longest: {named}; last: {unit} {a:.0f}-{b:.0f}")
     return lines
+
+
+def utc_edge(text: str) -> float:
+    """Seconds since the epoch of a level's window edge as the client records it, ISO 8601 UTC with
+    milliseconds (plugins/module_utils/specbench_client/level.py, utc_ms: …T05:41:02.123Z)."""
+    assert text.endswith("Z") and len(text.rsplit(".", maxsplit=1)[-1]) == 4, text
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 # ---------------------------------------------------------------------------------------------

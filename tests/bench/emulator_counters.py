@@ -5,7 +5,6 @@ tests that compare the client's figure with the model take their tolerance from 
 counts here, not a fixed percentage."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import threading
@@ -13,6 +12,7 @@ import time
 import urllib.request
 
 from acceptance_draws import accept_cv
+from specbench_testkit import utc_edge
 
 Z = 4.5  # standard errors for the acceptance draws of the requests cut by the window's edges
 
@@ -56,7 +56,7 @@ class CounterReads(threading.Thread):
         """The reads either side of each of the level's edges: ((last answered before the start,
         first sent after it), (the same at the end))."""
         reads = self.reads[name]
-        ws, we = utc(level["window_start_utc"]) - 0.0005, utc(level["window_end_utc"]) + 0.0005
+        ws, we = utc_edge(level["window_start_utc"]) - 0.0005, utc_edge(level["window_end_utc"]) + 0.0005
 
         def around(t: float) -> tuple:
             before = [r for r in reads if r[1] <= t]
@@ -71,7 +71,7 @@ class CounterReads(threading.Thread):
         before its end): decode steps, their batches' sum, the tokens emitted, and the fraction of
         the window outside those reads (at most, by their send and answer stamps)."""
         (unused_s0, s1), (e0, unused_e1) = self.edges(name, level)
-        span = utc(level["window_end_utc"]) - utc(level["window_start_utc"])
+        span = utc_edge(level["window_end_utc"]) - utc_edge(level["window_start_utc"])
         outside = 1 - max(0.0, e0[0] - s1[1]) / span
         return e0[4] - s1[4], e0[5] - s1[5], e0[6] - s1[6], outside
 
@@ -85,11 +85,6 @@ class CounterReads(threading.Thread):
         behind_s = (min(s0[3], s1[3]), max(s0[3], s1[3]))
         behind_e = (min(e0[3], e1[3]), max(e0[3], e1[3]))
         return e0[2] - s1[2] + behind_e[0] - behind_s[1], e1[2] - s0[2] + behind_e[1] - behind_s[0]
-
-
-def utc(text: str) -> float:
-    """Seconds since the epoch of a level's UTC edge (ISO 8601 with milliseconds)."""
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 def scheduled_rate(level: dict, unscheduled: tuple, truth: dict) -> tuple:
@@ -165,6 +160,6 @@ def held_to_model(reads: CounterReads, name: str, level: dict, truth: dict) -> d
               else truth["model_output_tok_per_s"])
     total = sum(tolerance.values())
     return {"low": round(low, 2), "high": round(high, 2), "target": round(target, 2),
-            "scheduled_s": (round(level["window_s"] - unscheduled[1], 3), round(level["window_s"] - unscheduled[0], 3)),
+            "scheduled_s": (round(scheduled_s, 3), round(level["window_s"] - unscheduled[0], 3)),
             "tolerance": {k: round(v, 4) for k, v in tolerance.items()},
             "ok": low * (1 - total) <= target <= high * (1 + total)}

@@ -3,7 +3,6 @@ worker processes give the right figure at C=260, and the script runs by hand (re
 mode is covered by the fault test)."""
 from __future__ import annotations
 
-import datetime as dt
 import json
 import math
 import os
@@ -19,6 +18,7 @@ import pytest
 from acceptance_draws import accept_length_band
 from benchlib import CLIENT, analytic, kept_up_level, sc
 from emulator_counters import CounterReads, held_to_model
+from specbench_testkit import utc_edge
 
 SPEC = ("--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "draft/eagle3")
 
@@ -161,8 +161,7 @@ def test_a_wall_clock_step_in_the_window_moves_neither_edge_nor_a_token(emulator
     level = sc.run_level(s, 4, server)
     assert level["error"] is None, level
     assert level["client"]["kernel_timestamps"], "the kernel's receive stamps are what this test steps"
-    start, end = (dt.datetime.strptime(level[k], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
-                  for k in ("window_start_utc", "window_end_utc"))
+    start, end = utc_edge(level["window_start_utc"]), utc_edge(level["window_end_utc"])
     # The window opened a little before the worker read its offset (ws is snapped back to a bin edge).
     assert opened[0] - level["window_s"] < start <= opened[0] + 0.001
     assert level["window_utc_step_s"] == pytest.approx(step, abs=0.001)

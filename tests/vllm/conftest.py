@@ -51,7 +51,7 @@ def _runner(tmp_path_factory):
         folder = tmp_path_factory.mktemp(name)
         folders.append(folder)
         port = hostvars.pop("port", None) or vllmkit.free_port()
-        with vllmkit.Scraper(port) as scraper:
+        with vllmkit.Scraper(port, folder / "test-scrapes") as scraper:
             result = vllmkit.run_playbook(folder, playbook, vllmkit.node_vars(folder, port, **hostvars),
                                           vllmkit.bench_vars(folder, **extravars), timeout=RUN_TIMEOUT_S)
         return VllmRun(result, scraper, folder, port)

@@ -52,7 +52,7 @@ def test_each_level_records_its_window_in_utc_with_milliseconds(vllm_pool, name,
     within 2 ms (a VM paused for a snapshot while CI ran once moved the wall clock 27 s inside a
     level: the step is what lets the edges still bound it)."""
     for level in measured(vllm_pool, name, mode)[1]["levels"]:
-        start, end = vllmkit.utc(level["window_start_utc"]), vllmkit.utc(level["window_end_utc"])
+        start, end = vllmkit.utc_edge(level["window_start_utc"]), vllmkit.utc_edge(level["window_end_utc"])
         assert end - start == pytest.approx(level["window_s"] + level["window_utc_step_s"], abs=0.0021)
 
 

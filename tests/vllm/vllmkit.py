@@ -6,33 +6,27 @@ loopback; the tests find it through the node folder's state/server.json and kill
 """
 from __future__ import annotations
 
-import datetime as dt
 import fcntl
 import json
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import specbench_testkit as kit
-from specbench_testkit import free_port, inventory, local_host, run_playbook
+from specbench_testkit import free_port, inventory, local_host, run_playbook, utc_edge
 
 ROOT = kit.ROOT
 VENV_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 MODELS = ROOT / "tests" / ".tmp" / "vllm-models"
 MAKE_MODELS = Path(__file__).resolve().parent / "make_models.py"
-COUNTERS = {
-    b"vllm:generation_tokens_total": "generated",
-    b"vllm:spec_decode_num_drafts_total": "drafts",
-    b"vllm:spec_decode_num_accepted_tokens_total": "accepted",
-}
+SCRAPE_METRICS = Path(__file__).resolve().parent / "scrape_metrics.py"
 
 __all__ = ["MODELS", "VENV_PYTHON", "Scraper", "assert_client_count_within_server_bounds", "assert_overlap",
            "free_port", "in_flight_tokens", "kill_recorded", "make_models", "node_vars", "run_playbook",
-           "session_processes", "utc"]
+           "session_processes", "utc_edge"]
 
 
 def kill_recorded(node_dir: Path) -> None:
@@ -127,57 +121,73 @@ def bench_vars(tmp: Path, **extra) -> dict:
 EDGE_CLOCK_S = 0.002
 
 
-class Scraper(threading.Thread):
+class Scraper:
     """Reads the server's /metrics every ``interval`` s, on its own (not the client's figures):
-    (sent, received, counters) in wall-clock time while a playbook runs. The server read its
-    counters somewhere between a scrape's sending and its reply, so a counter's value at an
-    instant is bounded by the last scrape answered before it and the first one sent after it."""
+    (sent, received, counters) in wall-clock time while a playbook runs, from a process pinned to
+    each of two CPUs (scrape_metrics.py, which says why), each appending its reads to
+    ``<log>-cpu<N>.jsonl`` (kept beside the run). The server read its counters somewhere between a
+    scrape's sending and its reply, so a counter's value at an instant is bounded by an answer
+    received before it and a scrape sent after it and answered, whichever reader sent them."""
 
-    def __init__(self, port: int, interval: float = 0.1):
-        super().__init__(daemon=True)
+    def __init__(self, port: int, log: Path, interval: float = 0.1, cpus: list[int] | None = None):
         self.url = f"http://127.0.0.1:{port}/metrics"
-        self.interval = interval
-        self.samples: list[tuple[float, float, dict]] = []
-        self.stop = threading.Event()
+        self.log, self.interval = Path(log), interval
+        self.cpus = cpus if cpus is not None else sorted(os.sched_getaffinity(0))[:2]
+        self.samples: list[tuple[float, float, dict | None]] = []  # every reader's, by time sent; None: no answer
+        self.sent_by: dict[int, list[float]] = {}  # each reader's sends, by CPU
+        self.skipped: list[float] = []  # ticks with every scrape slot of a reader still waiting for an answer
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.returncodes: dict[int, int | None] = {}  # each reader's exit status: 0 when it stopped as asked
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            sent = time.time()
-            try:
-                with urllib.request.urlopen(self.url, timeout=2) as resp:
-                    body = resp.read()
-            except OSError:
-                body = None
-            values: dict | None = None
-            if body:
-                values = {}
-                for line in body.splitlines():
-                    name = line.split(b"{", 1)[0].split(b" ", 1)[0]
-                    if name in COUNTERS:
-                        key = COUNTERS[name]
-                        values[key] = values.get(key, 0.0) + float(line.rsplit(b" ", 1)[1])
-            self.samples.append((sent, time.time(), values))  # None: no answer (no server, or it stalled)
-            self.stop.wait(self.interval)
+    def path(self, cpu: int) -> Path:
+        return self.log.with_name(f"{self.log.name}-cpu{cpu}.jsonl")
 
     def __enter__(self):
-        self.start()
+        for cpu in self.cpus:
+            self.path(cpu).unlink(missing_ok=True)
+            self.procs[cpu] = subprocess.Popen(
+                [sys.executable, str(SCRAPE_METRICS), self.url, str(self.path(cpu)), str(self.interval), str(cpu)],
+                start_new_session=True)
+        deadline = time.monotonic() + 30  # a reader opens its log once it can stop as asked
+        for cpu, proc in self.procs.items():
+            while not self.path(cpu).exists():
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    f"the /metrics reader on CPU {cpu} did not start: {proc.poll()}")
+                time.sleep(0.01)
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.join(5)
+        for proc in self.procs.values():
+            proc.terminate()
+        samples, skipped = [], []
+        for cpu, proc in self.procs.items():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            self.returncodes[cpu] = proc.returncode
+            path = self.path(cpu)
+            records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.is_file() else []
+            samples += [(r["sent"], r["received"], r["values"]) for r in records if "sent" in r]
+            skipped += [r["skipped"] for r in records if "skipped" in r]
+            self.sent_by[cpu] = sorted(r["sent"] for r in records if "sent" in r)
+        self.samples = sorted(samples, key=lambda x: x[0])
+        self.skipped = sorted(skipped)
 
     def bounds(self, key: str, t: float) -> tuple[float, float]:
         """(low, high) of counter ``key`` at wall-clock ``t`` (known to EDGE_CLOCK_S): the last
         answer received before ``t`` and the first answered scrape sent after it, from the same
         server (a playbook runs several servers on one port in turn: a counter going back, or
-        missing, marks another server)."""
-        before = [i for i, (s, r, v) in enumerate(self.samples) if v is not None and key in v and r <= t - EDGE_CLOCK_S]
+        missing, marks another server). Scrapes overlap (one slow answer holds up no other), so
+        only those sent after the low one was answered must read at least its count."""
+        answered = [(s, r, v) for s, r, v in self.samples if v is not None]
+        before = [x for x in answered if key in x[2] and x[1] <= t - EDGE_CLOCK_S]
         assert before, f"no scrape of {key} answered before {t}"
-        low = self.samples[before[-1]][2][key]
-        for sent, _received, values in self.samples[before[-1] + 1:]:
-            if values is None:
-                continue  # no answer: says nothing
+        low_received, low = max((r, v[key]) for unused_s, r, v in before)
+        for sent, _received, values in answered:
+            if sent < low_received:
+                continue
             assert key in values and values[key] >= low, (
                 f"another server answered around {t} (scrape sent at {sent}): its counters bound nothing here")
             if sent >= t + EDGE_CLOCK_S:
@@ -186,21 +196,33 @@ class Scraper(threading.Thread):
 
     def coverage(self, ws: float, we: float) -> dict:
         """How well this scraper saw the window [ws, we] (for a failure's message): its scrapes
-        answered inside it, those unanswered (no server, a stall, or the 2-s timeout) from 1 s
-        before to 1 s after, and the longest time between two answers across it."""
+        answered inside it; from 1 s before to 1 s after it, those unanswered (no server, or the
+        2-s timeout), the ticks skipped (every slot waiting), the longest round trip and each
+        reader's longest time between two sends (its CPU or process stalled); the longest time
+        between two answers across it, all readers together."""
         near = [(s, r, v) for s, r, v in self.samples if ws - 1 <= s <= we + 1]
-        answered = [r for s, r, v in near if v is not None]
+        answered = sorted(r for s, r, v in near if v is not None)
         times = [ws, *[r for r in answered if ws < r < we], we]
+
+        def longest(points):
+            return round(max((b - a for a, b in zip(points, points[1:], strict=False)), default=0.0), 3)
+
         return {"answered_inside": sum(1 for s, r, v in near if v is not None and ws <= s and r <= we),
                 "unanswered_near": sum(1 for unused_s, unused_r, v in near if v is None),
-                "longest_gap_s": round(max(b - a for a, b in zip(times, times[1:], strict=False)), 3),
+                "skipped_near": sum(1 for t in self.skipped if ws - 1 <= t <= we + 1),
+                "longest_round_trip_s": round(max((r - s for s, r, v in near), default=0.0), 3),
+                "longest_send_gap_s": {cpu: longest([ws, *[s for s in sent if ws < s < we], we])
+                                       for cpu, sent in self.sent_by.items()},
+                "longest_gap_s": longest(times),
                 "window_s": round(we - ws, 3)}
 
     def over(self, level: dict) -> dict:
         """The server's own figures over a level's recorded window, as bounds: generated tokens
         ``(low, high)`` and, for a speculative server, accept length ``(low, high)`` (each
         counter's extremes taken independently, so they hold whatever happened between scrapes)."""
-        ws, we = utc(level["window_start_utc"]), utc(level["window_end_utc"])
+        assert set(self.returncodes.values()) == {0}, (
+            f"the test's /metrics readers exited with {self.returncodes} (by CPU): their reads are not whole")
+        ws, we = utc_edge(level["window_start_utc"]), utc_edge(level["window_end_utc"])
         inside = [v for s, r, v in self.samples if v is not None and ws <= s and r <= we]
         assert inside, (f"no scrape answered inside the window {level['window_start_utc']} .. {level['window_end_utc']}: "
                         f"{self.coverage(ws, we)}")
@@ -260,12 +282,6 @@ def assert_overlap(name: str, level: dict, mine, theirs) -> None:
     assert mine is not None and theirs is not None, (name, mine, theirs)
     assert mine[0] <= theirs[1] + 0.05 and theirs[0] <= mine[1] + 0.05, (
         f"C={level['concurrency']}: {name}: the client's bounds {mine} and the test's {list(theirs)} do not overlap")
-
-
-def utc(text: str) -> float:
-    """Seconds since the epoch of an ISO 8601 UTC time with milliseconds (…Z)."""
-    assert text.endswith("Z") and len(text.rsplit(".", maxsplit=1)[-1]) == 4, text
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
 def session_processes(sid: int) -> list[tuple[int, str]]:
