@@ -8,10 +8,13 @@ SIGTERM, after its scrapes in flight.
 
 Why a process per CPU: the test's reader, a thread of the pytest process, twice went 3 s without
 an answer and without a timeout inside a 5-s window, while the client's own reads of the same
-server (another process) were answered throughout; on its own process, on a quiet machine, it
-still stalled 1.2 s between two sends, with the scrape in flight answered at the stall's end.
-That is a CPU (these machines are VMs, whose virtual CPUs the host can stop) or a process left
-unscheduled, not the server: a reader on each of two CPUs leaves the other reading."""
+server (another process) were answered throughout. With a reader pinned to each CPU, the one on
+CPU 0 went up to 5.0 s between two sends, a whole window, while the one on CPU 1 sent at the
+interval (its longest gap 0.94 s over three runs beside the rest of the suite). vLLM's CPU build
+pins its Worker's threads to the first CPUs and keeps the last for its engine process
+(vllm/utils/ompmultiprocessing.py, reserve_cpu_num), on this 2-CPU machine CPU 0, where a process
+that cannot leave it waited seconds; a thread that can leave it was still seen stuck for 3 s. The
+two readers' answers together left no gap over 0.25 s in those windows."""
 from __future__ import annotations
 
 import json

@@ -124,7 +124,7 @@ EDGE_CLOCK_S = 0.002
 class Scraper:
     """Reads the server's /metrics every ``interval`` s, on its own (not the client's figures):
     (sent, received, counters) in wall-clock time while a playbook runs, from a process pinned to
-    each of two CPUs (scrape_metrics.py, which says why), each appending its reads to
+    each of two CPUs (scrape_metrics.py says why), each appending its reads to
     ``<log>-cpu<N>.jsonl`` (kept beside the run). The server read its counters somewhere between a
     scrape's sending and its reply, so a counter's value at an instant is bounded by an answer
     received before it and a scrape sent after it and answered, whichever reader sent them."""
@@ -132,7 +132,10 @@ class Scraper:
     def __init__(self, port: int, log: Path, interval: float = 0.1, cpus: list[int] | None = None):
         self.url = f"http://127.0.0.1:{port}/metrics"
         self.log, self.interval = Path(log), interval
-        self.cpus = cpus if cpus is not None else sorted(os.sched_getaffinity(0))[:2]
+        allowed = sorted(os.sched_getaffinity(0))
+        # The first and the last CPU: vLLM's CPU build pins its Worker to the first ones and keeps
+        # the last for its engine process (vllm/utils/ompmultiprocessing.py, reserve_cpu_num).
+        self.cpus = cpus if cpus is not None else sorted({allowed[0], allowed[-1]})
         self.samples: list[tuple[float, float, dict | None]] = []  # every reader's, by time sent; None: no answer
         self.sent_by: dict[int, list[float]] = {}  # each reader's sends, by CPU
         self.skipped: list[float] = []  # ticks with every scrape slot of a reader still waiting for an answer
