@@ -391,16 +391,19 @@ class Api:
         ``decode_batch_sum`` the requests in each decode step, summed; ``schedule_lost_s`` and
         ``lag_resyncs`` the schedule time given up and how often; ``behind_s`` how late the schedule
         runs now (caught up while busy); ``idle_s`` the wall-clock seconds with nothing to run,
-        the current stretch included; ``monotonic_s`` the instant they were read (CLOCK_MONOTONIC,
-        the same clock across the machine's processes). A window's rise in monotonic_s less its rise
-        in idle, lost and behind is the time the engine ran its modelled schedule."""
+        the current stretch included; ``scheduled_s`` the modelled seconds of every step emitted;
+        ``monotonic_s`` the instant they were read (CLOCK_MONOTONIC, the same clock across the
+        machine's processes). A window's rise in scheduled_s is the time the engine ran its modelled
+        schedule: its rise in monotonic_s less its rise in idle, lost and behind, except that
+        behind_s is as of the last wake (a stall the loop has not woken from yet is in none of them)."""
         engine = self.engine
         now = time.monotonic()
         idle = engine.idle_s + (now - engine.idle_since if engine.idle_since is not None else 0.0)
         resp.send(200, {"monotonic_s": now, "generated_tokens": engine.emitted_tokens, "decode_steps": engine.decode_steps,
                         "decode_batch_sum": engine.decode_batch_sum,
                         "schedule_lost_s": round(engine.schedule_lost_s, 6), "lag_resyncs": engine.lag_resyncs,
-                        "behind_s": round(engine.behind_s, 6), "idle_s": round(idle, 6)})
+                        "behind_s": round(engine.behind_s, 6), "idle_s": round(idle, 6),
+                        "scheduled_s": round(engine.scheduled_s, 6)})
 
     async def analytic(self, req, resp):
         try:

@@ -119,6 +119,11 @@ class Engine:
         self.lag_resyncs = 0
         self.schedule_lost_s = 0.0  # wall-clock seconds given up at those resyncs and at going idle late
         self.behind_s = 0.0  # how late the last step ran against the schedule (caught up while busy)
+        # The modelled seconds of every prefill and decode step emitted (time scale applied): a
+        # window's rise is the time the engine ran its schedule. It only grows, so reads either side
+        # of an edge bound it there, which behind_s (as of the last wake; a stall not yet woken from
+        # is in neither) cannot.
+        self.scheduled_s = 0.0
         self.idle_s = 0.0  # wall-clock seconds with nothing waiting or running, finished stretches
         self.idle_since: float | None = None  # when the current idle stretch began (None: busy)
         self.decode_batch_sum = 0  # requests decoded, summed over decode steps (their mean batch)
@@ -227,13 +232,15 @@ class Engine:
         while True:
             if not self.waiting and not self.running:
                 # Idle: whatever the schedule was still behind by is never caught up (the next
-                # request starts the schedule afresh), so its last tokens came that late: lost. At
-                # C=1 that is every request's end; on a machine that keeps up, a wake-up's lateness
-                # (well under a millisecond).
-                self.schedule_lost_s += self.behind_s
+                # request starts the schedule afresh), so its last tokens came that late: lost, and
+                # the loop's own work since (emitting them) with it, so that the wall clock is
+                # scheduled + idle + lost + behind to the microsecond. At C=1 that is every
+                # request's end; on a machine that keeps up, well under a millisecond.
+                now = time.monotonic()
+                self.schedule_lost_s += max(0.0, now - next_t)
                 self.behind_s = 0.0
                 self.wake.clear()
-                self.idle_since = time.monotonic()
+                self.idle_since = now
                 await self.wake.wait()
                 now = time.monotonic()
                 self.idle_s += now - self.idle_since
@@ -244,7 +251,9 @@ class Engine:
             batch = self._admit()
             if batch:
                 n_tokens = sum(r.input_len for r in batch)
-                next_t = await self._sleep_until(next_t + self.costs.prefill(n_tokens) * self.scale)
+                cost = self.costs.prefill(n_tokens) * self.scale
+                next_t = await self._sleep_until(next_t + cost)
+                self.scheduled_s += cost
                 self.metrics.prompt_tokens += n_tokens
                 LOG.debug(
                     "Prefill batch, #new-seq: %d, #new-token: %d, #running-req: %d, #queue-req: %d",
@@ -268,6 +277,7 @@ class Engine:
                 steps = model.step_choice(self.costs, self.spec, size)
             cost = model.step_cost(self.costs, self.spec, size, steps)
             next_t = await self._sleep_until(next_t + cost * self.scale)
+            self.scheduled_s += cost * self.scale
             self.decode_steps += 1
             self.decode_batch_sum += size
             accepted = attempted = 0

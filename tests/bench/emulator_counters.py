@@ -20,8 +20,8 @@ Z = 4.5  # standard errors for the acceptance draws of the requests cut by the w
 class CounterReads(threading.Thread):
     """Reads each emulator's GET /emulator/counters every 50 ms while a run lasts, stamped with the
     wall clock before the read was sent and after it was answered (the emulator read its counters in
-    between): (sent, received, idle and lost seconds, behind seconds, decode steps, their batches'
-    sum, tokens emitted)."""
+    between): (sent, received, scheduled seconds, behind seconds, decode steps, their batches' sum,
+    tokens emitted)."""
 
     def __init__(self, base_urls: dict):
         super().__init__(daemon=True)
@@ -34,7 +34,7 @@ class CounterReads(threading.Thread):
             sent = time.time()
             with urllib.request.urlopen(url + "/emulator/counters", timeout=10) as resp:
                 c = json.loads(resp.read())
-            self.reads[name].append((sent, time.time(), c["idle_s"] + c["schedule_lost_s"], c["behind_s"],
+            self.reads[name].append((sent, time.time(), c["scheduled_s"], c["behind_s"],
                                      c["decode_steps"], c["decode_batch_sum"], c["generated_tokens"]))
 
     def run(self) -> None:
@@ -77,14 +77,16 @@ class CounterReads(threading.Thread):
 
     def unscheduled_s(self, name: str, level: dict) -> tuple[float, float]:
         """(low, high) of the wall seconds in the level's window that the emulator did not run its
-        modelled schedule: idle (at C=1 each response's turnaround to the client's next request:
-        the client's reply, the emulator's wake-up) and given up, from the last read answered before
-        each edge and the first sent after it; plus the lateness it carried at the end less that at
-        the start (behind_s, read at those reads: each edge takes the least and the most of its two)."""
+        modelled schedule: the window less the rise of its scheduled seconds (the modelled seconds
+        of every step it emitted; files/sglang_emulator/api.py, counters), that counter bounded at
+        each edge by the last read answered before it and the first sent after it. Idle (at C=1
+        each response's turnaround to the client's next request), given up, or late: a stall that
+        straddles an edge owes that edge's steps, emitted in a burst after it. The window less idle,
+        lost and behind counted such a stall nowhere (behind_s is as of the loop's last wake): once,
+        beside a vLLM loop, C=1 read 1 % over its model so."""
         (s0, s1), (e0, e1) = self.edges(name, level)
-        behind_s = (min(s0[3], s1[3]), max(s0[3], s1[3]))
-        behind_e = (min(e0[3], e1[3]), max(e0[3], e1[3]))
-        return e0[2] - s1[2] + behind_e[0] - behind_s[1], e1[2] - s0[2] + behind_e[1] - behind_s[0]
+        window = level["window_s"]
+        return window - (e1[2] - s0[2]), window - (e0[2] - s1[2])
 
 
 def scheduled_rate(level: dict, unscheduled: tuple, truth: dict) -> tuple:

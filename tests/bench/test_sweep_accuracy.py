@@ -77,9 +77,9 @@ def test_seeds_figures_on_the_default_profile(tmp_path, emulator):
     emulator's wake-up) once per request, which the model does not count, and a loaded machine
     stretches it: beside the suite and two test loops (load 8-11 on 2 cores) EAGLE-3's C=1 read
     91.4 tok/s, 3.8 % under its model, with the 2.5 % this test once allowed for timing. So the
-    C=1 figures are held to the model over the time the emulator ran its schedule: the window less
-    its idle and given-up seconds and the lateness it carried (GET /emulator/counters read every
-    50 ms, bounded by the reads either side of each edge: CounterReads.unscheduled_s), with the
+    C=1 figures are held to the model over the time the emulator ran its schedule: the rise of its
+    scheduled seconds, the modelled seconds of the steps it emitted (GET /emulator/counters read
+    every 50 ms, bounded by the reads either side of each edge: CounterReads.unscheduled_s), with the
     chunks read late at each edge, within what the window itself allows (scheduled_rate: a prefill
     or step at each edge, one prefill of mix, and for EAGLE-3 the draws of the two requests the
     edges cut). EAGLE-3's draw over the window is divided out: the level is held to the model's

@@ -43,10 +43,11 @@ class Window:
 
     @property
     def scheduled_s(self) -> float:
-        """The wall seconds the engine ran its modelled schedule: the window less the time it sat
-        idle (at C=1 the gap between a response and the client's next request), gave up behind
-        schedule, or fell further behind (caught up later)."""
-        return self.wall_s - self.rise["idle_s"] - self.rise["schedule_lost_s"] - self.rise["behind_s"]
+        """The wall seconds the engine ran its modelled schedule: the rise of its scheduled seconds
+        (the modelled seconds of every step emitted), which leaves out the time it sat idle (at C=1
+        the gap between a response and the client's next request), gave up behind schedule, or fell
+        further behind, a stall it had not yet woken from at a read included."""
+        return self.rise["scheduled_s"]
 
     @property
     def scheduled_tokens_per_s(self) -> float:

@@ -214,6 +214,43 @@ def test_metrics_count_the_schedule_a_stalled_emulator_gave_up(emulator):
     assert abs(counters["schedule_lost_s"] - (before + lost)) < 1e-5
 
 
+def test_scheduled_seconds_are_the_window_less_idle_lost_and_behind_through_a_stall(emulator):
+    """GET /emulator/counters' scheduled_s (the modelled seconds of every step emitted) against the
+    engine's own wall-clock accounts, between two reads with the engine idle (behind_s 0 at both):
+    the rise in monotonic_s less those in idle_s and schedule_lost_s, through a stream that a
+    SIGSTOP stalls past engine.MAX_LAG_S, to the counters' rounding (1e-6: six of them, 3e-6 at most).
+    Each read answered while the stream ran never reads it lower than the one before."""
+    emu = emulator(*LLAMA, time_scale=1.0)
+
+    def read() -> dict:
+        return json.loads(http("GET", emu.base_url + "/emulator/counters")[2])
+
+    first = read()
+    reads, done = [], threading.Event()
+
+    def stream():
+        http("POST", emu.base_url + "/generate",
+             {"text": "a b", "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}, timeout=60)
+        done.set()
+
+    threading.Thread(target=stream, daemon=True).start()
+    time.sleep(0.3)
+    os.kill(emu.proc.pid, signal.SIGSTOP)
+    try:
+        time.sleep(0.8)
+    finally:
+        os.kill(emu.proc.pid, signal.SIGCONT)
+    while not done.is_set():
+        reads.append(read()["scheduled_s"])
+        time.sleep(0.01)
+    last = read()
+    assert first["behind_s"] == last["behind_s"] == 0.0 and last["lag_resyncs"] > first["lag_resyncs"], last
+    rise = {name: last[name] - first[name] for name in first}
+    assert rise["decode_steps"] == 399, rise
+    assert abs(rise["scheduled_s"] - (rise["monotonic_s"] - rise["idle_s"] - rise["schedule_lost_s"])) < 7e-6, rise
+    assert reads == sorted(reads) and first["scheduled_s"] <= reads[0] and reads[-1] <= last["scheduled_s"]
+
+
 def test_health_is_503_while_loading(emulator):
     emu = emulator(*LLAMA, "--emulator-load-seconds", "40", time_scale=0.1, wait=False)
     deadline = time.monotonic() + 10

@@ -23,7 +23,8 @@ such levels out of its verdicts.
   modelled schedule that it gave them up (files/sglang_emulator/engine.py: more than MAX_LAG_S
   behind, or still behind when the batch emptied), its own counter read at the window's edges
   (``level["emulator_schedule_lost"]``). On a machine that keeps up it moves only by a wake-up's
-  lateness each time the engine goes idle (well under a millisecond; at C=1 once a request), far
+  lateness and the work of emitting the last tokens each time the engine goes idle (well under a
+  millisecond; at C=1 once a request), far
   from 5% of a window; a stall that halves a launch's rate while every stream stays held (seen
   beside the suite: 385 against 700 tok/s, 31 of 32 held, an interval too wide for the rate check)
   moves it by the time stalled.
