@@ -122,10 +122,23 @@ def utc_edge(text: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # Loopback: ports and HTTP
 # ---------------------------------------------------------------------------------------------
+_HANDED_OUT: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, and never handed out before in this process: the servers a test
+    starts together each get their own. The kernel can give bind(0) the same port twice in a row;
+    a test that launches seven emulators at once got one port for two of them (beside a vLLM loop),
+    and its second launch found the first holding it."""
+    with _PORTS_LOCK:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                return port
 
 
 def http(method: str, url: str, body: dict | None = None, headers: dict | None = None, timeout: float = 30):
