@@ -25,9 +25,11 @@ SKIP_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
 TMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 BUILDS = ("zipapp",)
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # every member's timestamp: the build depends on contents only
+# The zipapp's entry point runs the package's command line, ``<package>.cli.main()``. The package
+# itself has no ``__main__.py``: galaxy-importer refuses a module_utils name with ``__``.
 ZIPAPP_MAIN = (
-    "# Entry point of a zipapp built by specbench's bench_scripts: run the package's __main__.\n"
-    "import runpy\n\nrunpy.run_module({name!r}, run_name=\"__main__\", alter_sys=True)\n"
+    "# Entry point of a zipapp built by specbench's bench_scripts: run the package's command line.\n"
+    "import sys\n\nfrom {name}.cli import main\n\nsys.exit(main())\n"
 )
 
 
@@ -65,15 +67,15 @@ def _package_files(folder: str) -> list[tuple[str, str]]:
 
 def zipapp_bytes(package_dir: str) -> bytes:
     """The Python package folder ``package_dir`` as a zipapp (``python3 FILE.pyz ...`` runs its
-    ``__main__``): a shebang, then a zip of the package under its own name and a ``__main__.py``
+    ``cli.main()``): a shebang, then a zip of the package under its own name and a ``__main__.py``
     that runs it. Deterministic: sorted members, fixed timestamps and modes, stored uncompressed
     (no dependence on the zlib version)."""
     package_dir = os.path.abspath(package_dir)
     name = os.path.basename(package_dir.rstrip(os.sep))
     if not os.path.isfile(os.path.join(package_dir, "__init__.py")):
         raise ScriptsError(f"{package_dir} is not a Python package (no __init__.py): a zipapp entry needs one.")
-    if not os.path.isfile(os.path.join(package_dir, "__main__.py")):
-        raise ScriptsError(f"{package_dir} has no __main__.py: a zipapp entry needs the package's entry point.")
+    if not os.path.isfile(os.path.join(package_dir, "cli.py")):
+        raise ScriptsError(f"{package_dir} has no cli.py: a zipapp entry runs the package's cli.main().")
     members = [("__main__.py", ZIPAPP_MAIN.format(name=name).encode())]
     for full, rel in sorted(_package_files(package_dir), key=lambda pair: pair[1]):
         with open(full, "rb") as fh:

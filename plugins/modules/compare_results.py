@@ -132,15 +132,14 @@ notes:
   - SGLang 0.5.23 reads C(--speculative-adaptive-config) as the path of a JSON file whose integer keys each hold
     an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.
 seealso:
-  - name: The compare playbook
-    description: C(playbooks/compare.yml) runs every mode on every host, then this.
-    link: https://example.invalid/specbench#the-ab-workflow-where-does-speculation-stop-paying
+  - module: specbench.core.bench_sweep
+    description: C(playbooks/compare.yml) (C(ansible-playbook specbench.core.compare)) sweeps every mode on every host, then runs this.
 """
 
 EXAMPLES = r"""
 - name: Compare | Render the report of every host of a run
   specbench.core.compare_results:
-    results_dir: "{{ playbook_dir }}/../results"
+    results_dir: "{{ specbench_results_dir }}"
     run_id: 20260227T182500Z
   register: compare
 

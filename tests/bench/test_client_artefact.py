@@ -23,7 +23,7 @@ def test_artefact_is_the_package(tmp_path):
     with zipfile.ZipFile(build_client(tmp_path)) as archive:
         members = {name: archive.read(name) for name in archive.namelist()}
     entry = members.pop("__main__.py").decode()
-    assert "runpy.run_module('specbench_client'" in entry
+    assert "from specbench_client.cli import main" in entry
     assert members == _package_sources()
 
 
