@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: serve_plan
 short_description: What playbooks/serve.yml serves on a host, from a run's results
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Reads C(<results_dir>/<run_id>/<host>/summary.json) and the run's results files (run it on the
     controller, with C(delegate_to) localhost) and returns what to serve there, from

@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: serve_proof
 short_description: Hold the served configuration's sweep against the run and write serve.json
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Run on the controller (with C(delegate_to) localhost) after the proof sweep of M(specbench.core.serve_plan)'s
     plan. At each level of the run, the served throughput over the best static mode's (or, for a

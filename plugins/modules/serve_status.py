@@ -7,7 +7,7 @@ DOCUMENTATION = r"""
 ---
 module: serve_status
 short_description: Whether the server a node's launch record names still runs, answers, and runs a given command
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Reads the launch record (C(state/server.json), written by M(specbench.core.sglang_launch)) and
     says whether the recorded server runs (same pid and process start time; for a systemd unit, the
