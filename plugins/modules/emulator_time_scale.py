@@ -64,7 +64,7 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Read-only; the same in check mode.
+    details: Read-only; the same in check mode, except on a node the emulator was not shipped to yet (it reports the fastest scale, chosen for real at launch).
   diff_mode:
     support: none
   facts:
@@ -124,6 +124,11 @@ def main() -> None:
     )
     p = module.params
     script = os.path.join(p["emulator_path"], "plan.py")
+    if not os.path.isfile(script) and module.check_mode:
+        # Check mode on a fresh node: bench_scripts only reported what it would ship, so there is no
+        # model to ask yet; the launch that would follow is itself only reported.
+        module.exit_json(changed=False, time_scale=p["fastest"], plan=None,
+                         text=f"time scale chosen at launch (check mode: {script} is not shipped yet)")
     if not os.path.isfile(script):
         module.fail_json(msg=f"{script} is missing: the emulator folder on the node is not this collection's "
                              "(re-run role bench_scripts to ship it)")
