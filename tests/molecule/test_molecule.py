@@ -1,8 +1,14 @@
 """`molecule test` for every role's default scenario (roles/*/molecule/default), each run in
-its role folder the way a role author runs it: converge, idempotence, verify, destroy."""
+its role folder the way a role author runs it: converge, idempotence, verify, destroy.
+
+The scenarios find the collection the way ansible-test and an installed collection have it, at
+``<path>/ansible_collections/specbench/core``, not through the checkout's own ``collections/``
+link: the test runs them in a copy of the checkout's files (what git tracks or would track) laid
+out that way."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,9 +29,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def collection_copy(tmp_path_factory) -> Path:
+    """The checkout's files at <tmp>/ansible_collections/specbench/core (links kept as links)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    dest = tmp_path_factory.mktemp("molecule") / "ansible_collections" / "specbench" / "core"
+    for name in filter(None, listed):
+        source = ROOT / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the work tree, not yet in the index
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            (dest / name).symlink_to(os.readlink(source))
+        elif source.is_file():
+            shutil.copy2(source, dest / name)
+    return dest
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[p.parents[2].name for p in SCENARIOS])
-def test_molecule_default_scenario(scenario, tmp_path):
-    role_dir = scenario.parents[2]
+def test_molecule_default_scenario(scenario, tmp_path, collection_copy):
+    role_dir = collection_copy / scenario.relative_to(ROOT).parents[2]
     molecule = VENV_BIN / "molecule"
     assert molecule.exists(), f"molecule is not installed in {VENV_BIN}: pip install -r requirements-dev.txt"
     env = {

@@ -1,0 +1,61 @@
+"""galaxy-importer, what Galaxy and Automation Hub run on every upload, passes on the tarball
+`ansible-galaxy collection build` makes: metadata, content names, a README per role, ansible-doc
+on every plugin, ansible-lint on the content, the changelog."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+CONFIG = """[galaxy-importer]
+LOG_LEVEL_MAIN = INFO
+RUN_ANSIBLE_DOC = True
+RUN_ANSIBLE_LINT = True
+OFFLINE_ANSIBLE_LINT = True
+CHECK_CHANGELOG = True
+"""
+
+
+def _import(tmp_path: Path, tarball: Path) -> subprocess.CompletedProcess:
+    config = tmp_path / "galaxy-importer.cfg"
+    config.write_text(CONFIG)
+    env = {**os.environ, "GALAXY_IMPORTER_CONFIG": str(config), "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    return subprocess.run([str(BIN / "python"), "-m", "galaxy_importer.main", str(tarball)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_galaxy_importer_passes_on_the_built_tarball(tmp_path):
+    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (tarball,) = tmp_path.glob("specbench-core-*.tar.gz")
+    result = _import(tmp_path, tarball)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "Importer processing completed successfully" in output, output[-6000:]
+    assert "ERROR" not in output, [line for line in output.splitlines() if "ERROR" in line]
+
+
+def test_galaxy_importer_refuses_what_galaxy_refuses(tmp_path):
+    """The check can fail: a module_utils name with '__' (as specbench_client/__main__.py was) is refused."""
+    copy = tmp_path / "src"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file() and not source.is_symlink() and not name.startswith(("tests/", "benchmarks/")):
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            (copy / name).write_bytes(source.read_bytes())
+    bad = copy / "plugins" / "module_utils" / "specbench_client" / "__main__.py"
+    bad.write_text("from .cli import main\n")
+    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
+                           cwd=copy, capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (tarball,) = tmp_path.glob("specbench-core-*.tar.gz")
+    result = _import(tmp_path, tarball)
+    assert result.returncode != 0
+    assert "module_utils name invalid format: __main__" in result.stdout + result.stderr
