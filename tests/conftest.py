@@ -9,6 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
+
+# pytest puts this folder on sys.path itself; ansible-test units imports this file as a module of
+# the collection (ansible_collections.specbench.core.tests.conftest) and does not.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from specbench_testkit import Emulator, first_ready_unit, schedule_lines, schedule_unit
 
 # The modules the suite's playbooks run compile their zipped sources once per suite, not once per
@@ -19,9 +25,10 @@ ZIPIMPORT_CACHE = Path(__file__).resolve().parent / ".tmp" / "zipimport-cache"
 
 
 def pytest_configure(config):
-    del config
     if os.environ.get("PYTEST_XDIST_WORKER") or sys.prefix == sys.base_prefix:
         return  # a worker (set up by its controller), or no venv to install into
+    if config.inipath is None or Path(config.inipath).resolve() != Path(__file__).resolve().parent.parent / "pyproject.toml":
+        return  # not this suite's run: ansible-test units (its own pytest.ini) runs tests/unit in a venv of its own
     site = Path(sysconfig.get_paths()["purelib"])
     hook = Path(__file__).resolve().parent / "zipimport_cache.py"
     for name, text in (("specbench_zipimport_cache.py", hook.read_text(encoding="utf-8")),

@@ -568,7 +568,8 @@ def start_shared_run(tmp_path_factory, name: str, build) -> threading.Thread:
     return thread
 
 
-# The interval simulations' noise (tests/compare/test_intervals.py, tests/bench/test_level_intervals.py)
+# The interval simulations' noise (tests/unit/plugins/module_utils/specbench_compare/test_intervals.py,
+# tests/unit/plugins/module_utils/specbench_client/test_level_intervals.py)
 def ar1(rng: random.Random, n: int, rho: float, sd: float) -> list[float]:
     """Stationary AR(1) noise with marginal standard deviation ``sd``."""
     innov = sd * math.sqrt(1 - rho * rho)

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# ansible-test sanity on the collection, the suite every Galaxy collection is held to.
+# ansible-test sanity on the collection, the suite every Galaxy collection is held to, or (with
+# --units) ansible-test units, which runs the collection's unit tests under tests/unit/.
 #
 # ansible-test wants the collection at <dir>/ansible_collections/<namespace>/<name>, so this
 # lays out a copy of what the collection ships (files git tracks or would track, less
 # galaxy.yml's build_ignore) under a temporary directory and runs there. Each sanity test
 # gets its own virtual environment (--venv, reused from ~/.ansible/test/venv on later runs)
-# with its pinned linters installed from the package index.
+# with its pinned linters installed from the package index. The unit tests run in one venv
+# kept at ~/.ansible/test/venv/specbench-units/python3.11 (ansible-test's own --venv would
+# live inside the temporary copy and be built again on every run), into which ansible-test
+# installs its pytest and plugins and tests/unit/requirements.txt.
 #
 # Usage: tests/sanity/run.sh [ansible-test sanity options], e.g. --test pylint, or
-#        --keep to leave the copy (its path is printed) for a closer look.
+#        tests/sanity/run.sh --units [ansible-test units options], e.g. tests/unit/plugins/modules;
+#        --keep leaves the copy (its path is printed) for a closer look.
 # Needs: .venv from the README's setup (ansible-core's ansible-test), python3.11 with
 # ensurepip, and the package index (PyPI) reachable. Nothing else from the internet.
 set -euo pipefail
@@ -27,9 +32,14 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 fi
 
 keep=0
+command=sanity
 args=()
 for arg in "$@"; do
-  if [ "$arg" = "--keep" ]; then keep=1; else args+=("$arg"); fi
+  case "$arg" in
+    --keep) keep=1 ;;
+    --units) command=units ;;
+    *) args+=("$arg") ;;
+  esac
 done
 
 # ansible-test bootstraps pip into each new venv by running a get-pip script it downloads
@@ -66,7 +76,7 @@ fi
 
 # The shipped files: tracked plus untracked-not-ignored, less galaxy.yml's build_ignore
 # (which drops the venv links, collections/ and its link back to this root, results, .ci).
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/specbench-sanity.XXXXXX")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/specbench-$command.XXXXXX")
 if [ "$keep" -eq 0 ]; then trap 'rm -rf "$tmp"' EXIT; fi
 dest="$tmp/ansible_collections/specbench/core"
 mkdir -p "$dest"
@@ -81,12 +91,31 @@ for path in sys.stdin.read().split("\0"):
     if not any(fnmatch.fnmatch(p, pat) for p in prefixes for pat in ignore):
         sys.stdout.write(path + "\0")
 ' | tar -c --null -T - -f - | tar -x -f - -C "$dest"
-[ "$keep" -eq 1 ] && echo "== sanity: copy kept at $dest"
+[ "$keep" -eq 1 ] && echo "== $command: copy kept at $dest"
 
-echo "== ansible-test sanity ($(ansible-test --version))"
+echo "== ansible-test $command ($(ansible-test --version))"
 cd "$dest"
 start=$SECONDS
 rc=0
-ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || rc=$?
-echo "== sanity: exit $rc after $((SECONDS - start)) s (ignores: tests/sanity/ignore-2.19.txt)"
+if [ "$command" = units ]; then
+  # One venv for every run, built from python3.11 (ensurepip gives it pip, so ansible-test needs no
+  # get-pip); --requirements has ansible-test install its units requirements, ansible-core's for the
+  # controller tests (tests/unit/plugins/action) and tests/unit/requirements.txt, which a warm venv
+  # already holds. Locked: two checkouts on one machine share it.
+  venv="$HOME/.ansible/test/venv/specbench-units/python3.11"
+  mkdir -p "$(dirname "$venv")"
+  exec 9>"$venv.lock"
+  flock 9
+  if [ ! -e "$venv/.specbench-made" ]; then # none yet, or one cut off while it was made
+    rm -rf "$venv"
+    python3.11 -m venv "$venv"
+    touch "$venv/.specbench-made"
+    echo "== units: made the venv $venv"
+  fi
+  ansible-test units --python 3.11 --python-interpreter "$venv/bin/python" --requirements --color no "${args[@]}" || rc=$?
+  echo "== units: exit $rc after $((SECONDS - start)) s (tests/unit, in $venv)"
+else
+  ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || rc=$?
+  echo "== sanity: exit $rc after $((SECONDS - start)) s (ignores: tests/sanity/ignore-2.19.txt)"
+fi
 exit $rc

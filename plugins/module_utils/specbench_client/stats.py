@@ -121,7 +121,7 @@ def ess_mean_ci95(samples, max_effective: float | None = None) -> tuple[float, l
 # Degrees of freedom per non-overlapping batch beyond the first. Meketon and Schmeiser's 1.5 assumes
 # batches much longer than the correlation; with batches of BATCH_TAUS correlation times estimated
 # from the same window, 1.0 (the non-overlapping count) is what held in the coverage simulation
-# (tests/bench/test_level_intervals.py).
+# (tests/unit/plugins/module_utils/specbench_client/test_level_intervals.py).
 OBM_DF = 1.0
 
 

@@ -103,9 +103,9 @@ def pool_level(levels: list[dict]) -> dict:
     # its own. So the interval is never narrower than one launch's own (+-z sqrt(mean within se^2),
     # the root mean square of their half-widths): pooling averages out only what differs between
     # launches. Dividing this floor by k, as before, covered 74% of the truth when the launches shared
-    # their windows' noise (tests/compare/test_coverage.py). A data-driven df (Welch-Satterthwaite on
-    # between + within) gave t near 2 whenever two launches happened to agree, and covered 88% when
-    # launches differed by 3x their own noise.
+    # their windows' noise (tests/unit/plugins/module_utils/specbench_compare/test_coverage.py). A
+    # data-driven df (Welch-Satterthwaite on between + within) gave t near 2 whenever two launches
+    # happened to agree, and covered 88% when launches differed by 3x their own noise.
     quantile = t975(k - 1) if k > 1 else Z975
     half = max(quantile * math.sqrt(between / k), Z975 * math.sqrt(within_mean))
     out["output_tok_per_s"] = round(mean, 3)

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import json
 import stat
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "collections"))
-
-from ansible_collections.specbench.core.plugins.module_utils.bench_results_file import file_results  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.bench_results_file import file_results
 
 GPU = {"before": {"clean": True}, "after": {"clean": True}, "killed_before": [], "killed_after": [{"pid": 7}]}
 

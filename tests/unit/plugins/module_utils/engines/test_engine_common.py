@@ -15,8 +15,7 @@ from ansible_collections.specbench.core.plugins.module_utils.engines import comm
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import command as sglang_command
 from ansible_collections.specbench.core.plugins.module_utils.engines.vllm import command as vllm_command
 
-ROOT = Path(__file__).resolve().parents[2]
-ENGINES = ROOT / "plugins" / "module_utils" / "engines"
+ENGINES = Path(common.__file__).resolve().parent  # plugins/module_utils/engines, wherever the collection is
 SETTINGS = [{"name": "mem_fraction", "flag": "--mem-fraction-static", "variable": "x_mem", "kind": "fraction"}]
 
 
