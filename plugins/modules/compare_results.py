@@ -133,7 +133,9 @@ notes:
     an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.
 seealso:
   - module: specbench.core.bench_sweep
-    description: C(playbooks/compare.yml) (C(ansible-playbook specbench.core.compare)) sweeps every mode on every host, then runs this.
+    description: >-
+      C(playbooks/compare.yml) (C(ansible-playbook specbench.core.compare)) sweeps every mode on every host,
+      then runs this.
 """
 
 EXAMPLES = r"""

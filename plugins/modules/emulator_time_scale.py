@@ -64,7 +64,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Read-only; the same in check mode, except on a node the emulator was not shipped to yet (it reports the fastest scale, chosen for real at launch).
+    details: >-
+      Read-only; the same in check mode, except on a node the emulator was not shipped to yet
+      (it reports the fastest scale, chosen for real at launch).
   diff_mode:
     support: none
   facts:
