@@ -73,3 +73,20 @@ def test_node_playbook_with_no_inventory_asks_for_one(tmp_path):
     output = run.stdout + run.stderr
     assert run.returncode != 0, output[-4000:]
     assert "matches 'proxmox_hosts'" in output and "-i INVENTORY" in output and "node_proxmox_hosts" in output, output
+
+
+def test_a_role_on_its_own_defaults_the_node_folder_to_the_users_home(tmp_path):
+    """A user's own playbook that runs a role with no specbench_node_dir: no raw 'undefined' from the
+    argument validation; the folder is ~/.local/share/specbench of the user the tasks run as."""
+    playbook = tmp_path / "own.yml"
+    playbook.write_text(yaml.safe_dump([{
+        "name": "Own | Check a teardown's settings", "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "Own | Check the teardown settings",
+                   "ansible.builtin.include_role": {"name": "specbench.core.gpu_teardown", "tasks_from": "preflight"}},
+                  {"name": "Own | Show the node folder", "ansible.builtin.debug": {"msg": "node={{ specbench_node_dir }}"}}],
+    }]))
+    (tmp_path / "home").mkdir()
+    run = _run(tmp_path, str(playbook), "-e", "engine=emulator")
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert f"node={tmp_path / 'home'}/.local/share/specbench" in output, output[-3000:]
