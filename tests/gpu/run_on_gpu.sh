@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared check for a machine with an NVIDIA GPU and no network (run it whenever one is at
-# hand, and record its summary line in the README with the machine it came from):
+# hand, and record its summary line in docs/benchmarks.md with the machine it came from):
 #
 #   1. teardown: a process (same user, its own session) holds GPU memory through libcuda
 #      (cuMemAlloc via ctypes: no torch needed); playbooks/teardown.yml runs with the NVML backend

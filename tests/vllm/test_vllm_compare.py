@@ -74,7 +74,7 @@ def test_the_outputs_under_speculation_are_held_against_the_baselines(compare):
     """The output match compare.yml runs before each sweep: 8 fixed prompts at C=1, temperature 0, 32 tokens,
     ignore_eos, chat API with return_token_ids (vllm/entrypoints/openai/chat_completion/serving.py returns
     choices[].token_ids). Every prompt is answered with its ids in every mode; the share matching the
-    baseline's is the figure the README quotes. It is reported, not assumed: greedy verification keeps the
+    baseline's is the figure docs/how-to/read-a-verdict.md quotes. It is reported, not assumed: greedy verification keeps the
     target's argmax, but a batched verify step may round differently from one-token decoding on a tiny random
     model whose top logits sit close, so a share below compare_output_match_min must show as the first
     confounder, never be hidden."""
