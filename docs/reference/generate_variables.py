@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Write docs/reference/variables.md from the roles' argument specs and defaults.
 
 Every option of every entry point of roles/*/meta/argument_specs.yml, with the default taken
@@ -150,7 +149,7 @@ def defaults_comments(path: Path) -> dict:
     comments, block = {}, []
     if not path.exists():
         return comments
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("#"):
             block.append(line.lstrip("#").strip())
             continue
@@ -166,9 +165,9 @@ def load_roles() -> list:
     roles = []
     for spec_file in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
         role_dir = spec_file.parents[1]
-        specs = (yaml.safe_load(spec_file.read_text()) or {}).get("argument_specs", {})
+        specs = (yaml.safe_load(spec_file.read_text(encoding="utf-8")) or {}).get("argument_specs", {})
         defaults_file = role_dir / "defaults" / "main.yml"
-        defaults = (yaml.safe_load(defaults_file.read_text()) or {}) if defaults_file.exists() else {}
+        defaults = (yaml.safe_load(defaults_file.read_text(encoding="utf-8")) or {}) if defaults_file.exists() else {}
         roles.append(
             {
                 "name": role_dir.name,
@@ -324,7 +323,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     fresh = render()
     if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
+        current = args.output.read_text(encoding="utf-8") if args.output.exists() else ""
         if current == fresh:
             return 0
         diff = difflib.unified_diff(
@@ -336,7 +335,7 @@ def main(argv=None) -> int:
         )
         return 1
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(fresh)
+    args.output.write_text(fresh, encoding="utf-8")
     return 0
 
 
