@@ -37,7 +37,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 sys.path.insert(0, os.path.join(ROOT, "files"))
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, gpu_teardown, proc_table  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.teardown import (
+    gpu_state,
+    proc_table,  # noqa: E402
+)
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 from sglang_emulator import gpus  # noqa: E402
 
 SETTLE = "settle_s" in gpu_teardown.Teardown.__init__.__code__.co_varnames  # absent before issue 19

@@ -5,7 +5,7 @@ prints one JSON object: per level the node's output tok/s and scheduler steps pe
 model's steady state (model.steady_state, with the launch flags resolved as the server resolves
 them), and the peaks over the levels. At time scale ``s`` the machine must serve the peak divided
 by ``s`` in wall-clock time: the collection picks the scale from that and the measured capacity of
-the emulator and the client (plugins/module_utils/emulator_scale.py). Exit 1 with the reason on a
+the emulator and the client (plugins/module_utils/engines/emulator_scale.py). Exit 1 with the reason on a
 launch the server would refuse.
 """
 

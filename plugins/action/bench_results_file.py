@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_results_file import ARGUMENT_SPEC, file_results
+from ansible_collections.specbench.core.plugins.module_utils.report.results_file import ARGUMENT_SPEC, file_results
 
 
 class ActionModule(ActionBase):

@@ -15,7 +15,7 @@ import os
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import ScriptsError, bundle
+from ansible_collections.specbench.core.plugins.module_utils.node.scripts import ScriptsError, bundle
 
 # What the task gives; the module's own options add the bundle's path on the node. dir stays a
 # string here: the module expands it on the node (~ is the node user's home, not the controller's).

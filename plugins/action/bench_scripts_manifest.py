@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import (
+from ansible_collections.specbench.core.plugins.module_utils.node.scripts import (
     MANIFEST_ARGUMENT_SPEC,
     ScriptsError,
     manifest_result,

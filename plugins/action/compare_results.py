@@ -15,8 +15,8 @@ import re
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.specbench.core.plugins.module_utils import specbench_index as fleet_index
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
+from ansible_collections.specbench.core.plugins.module_utils.report import index as fleet_index
+from ansible_collections.specbench.core.plugins.module_utils.report import render as report
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
     ARGUMENT_SPEC,
     CompareError,

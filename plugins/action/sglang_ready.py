@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.specbench.core.plugins.module_utils.sglang_process import progress_line
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import progress_line
 
 MODULE = "specbench.core.sglang_ready"
 DEFAULT_EVERY = 15.0

@@ -76,7 +76,7 @@ restored:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_results_file import ARGUMENT_SPEC
+from ansible_collections.specbench.core.plugins.module_utils.report.results_file import ARGUMENT_SPEC
 
 
 def main():

@@ -73,7 +73,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import ScriptsError, install
+from ansible_collections.specbench.core.plugins.module_utils.node.scripts import ScriptsError, install
 
 
 def main():

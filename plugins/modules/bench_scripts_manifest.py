@@ -80,7 +80,7 @@ skipped:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import (
+from ansible_collections.specbench.core.plugins.module_utils.node.scripts import (
     MANIFEST_ARGUMENT_SPEC,
     ScriptsError,
     manifest_result,

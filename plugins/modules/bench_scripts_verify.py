@@ -75,7 +75,7 @@ to_copy:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_scripts import under_tmp, verify
+from ansible_collections.specbench.core.plugins.module_utils.node.scripts import under_tmp, verify
 
 
 def main():

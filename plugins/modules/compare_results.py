@@ -128,7 +128,7 @@ attributes:
     support: none
 notes:
   - The maths lives in the package C(plugins/module_utils/specbench_compare/) (standard library only), the rendering in
-    C(plugins/module_utils/specbench_report.py).
+    C(plugins/module_utils/report/render.py).
   - SGLang 0.5.23 reads C(--speculative-adaptive-config) as the path of a JSON file whose integer keys each hold
     an object with C(candidate_steps), a list of step counts; C(adaptive-config.json) is that file.
 seealso:

@@ -105,7 +105,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.emulator_scale import choose_time_scale
+from ansible_collections.specbench.core.plugins.module_utils.engines.emulator_scale import choose_time_scale
 
 
 def main() -> None:

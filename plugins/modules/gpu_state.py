@@ -146,7 +146,7 @@ gpu_state:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.gpu_state import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown.gpu_state import (
     BACKENDS,
     GpuStateError,
     open_backend,

@@ -306,12 +306,12 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.gpu_state import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown.gpu_state import (
     BACKENDS,
     GpuStateError,
     open_backend,
 )
-from ansible_collections.specbench.core.plugins.module_utils.gpu_teardown import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown.sequence import (
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
     SCOPES,

@@ -78,7 +78,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.proxmox_lxc import ensure_lines
+from ansible_collections.specbench.core.plugins.module_utils.node.proxmox_lxc import ensure_lines
 
 
 def main():

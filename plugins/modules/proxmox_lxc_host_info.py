@@ -110,7 +110,7 @@ host_driver:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.proxmox_lxc import HostError, host_info
+from ansible_collections.specbench.core.plugins.module_utils.node.proxmox_lxc import HostError, host_info
 
 
 def main():

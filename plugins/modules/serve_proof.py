@@ -113,7 +113,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
+from ansible_collections.specbench.core.plugins.module_utils.report import render as report
 
 SCHEMA = "specbench.serve/1"
 

@@ -67,7 +67,7 @@ record:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.sglang_process import http_get, read_state, recorded_alive
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import http_get, read_state, recorded_alive
 
 
 def main():

@@ -153,8 +153,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
-from ansible_collections.specbench.core.plugins.module_utils.sglang_process import (
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import (
     LaunchError,
     check_port,
     choose_launcher,
@@ -163,6 +162,7 @@ from ansible_collections.specbench.core.plugins.module_utils.sglang_process impo
     recorded_alive,
     write_state,
 )
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 
 def main():
@@ -211,7 +211,7 @@ def main():
     record.update(started)
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
                    "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
-                   # the teardown verifies the tree by session and boot (plugins/module_utils/teardown_record.py)
+                   # the teardown verifies the tree by session and boot (plugins/module_utils/teardown/record.py)
                    "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id()})
     write_state(p["state_path"], record)
     module.exit_json(changed=True, already_running=False, command=argv, log_path=p["log_path"], **started)

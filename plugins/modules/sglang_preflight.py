@@ -118,7 +118,6 @@ import re
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.preflight import (
     check_disk,
     check_gpus,
@@ -126,6 +125,7 @@ from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.pref
     check_version,
     installed_sglang,
 )
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state
 
 
 def emulator_version(path: str | None) -> str | None:

@@ -198,8 +198,10 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, speculative_check
-from ansible_collections.specbench.core.plugins.module_utils.sglang_process import (
+from ansible_collections.specbench.core.plugins.module_utils.engines.common import postlaunch_failure
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import postlaunch as sglang_postlaunch
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm import postlaunch as vllm_postlaunch
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import (
     LaunchError,
     http_get,
     log_tail,
@@ -209,6 +211,7 @@ from ansible_collections.specbench.core.plugins.module_utils.sglang_process impo
     wait_ready,
     write_state,
 )
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state
 
 
 def main():
@@ -269,7 +272,7 @@ def main():
     }
     check = None
     if p["speculative_check"] == "sglang":
-        check = speculative_check.sglang_check(p["args"], info, found.get("info_path"),
+        check = sglang_postlaunch.sglang_check(p["args"], info, found.get("info_path"),
                                                log_tail(p["log_path"], p["log_offset"], 400))
     elif p["speculative_check"] == "vllm":
         check = vllm_drafts(base, (found["models"] or [""])[0], p["speculative_config"])
@@ -291,7 +294,7 @@ def main():
             write_state(p["state_path"], record)
         result["record"] = record
     if check is not None and not check["ok"]:
-        module.fail_json(msg=speculative_check.failure(p["mode"] or "?", check), **result)
+        module.fail_json(msg=postlaunch_failure(p["mode"] or "?", check), **result)
     module.exit_json(changed=False, **result)
 
 
@@ -313,7 +316,7 @@ def vllm_drafts(base: str, model: str, spec: dict) -> dict:
         return {"engine": "vllm", "source": "/metrics around a completion", "asked": {"speculative_config": spec},
                 "running": {}, "ok": False, "mismatches": [f"the check's completion failed: {exc}"]}
     status_after, after = http_get(base + "/metrics")
-    return speculative_check.vllm_check(spec, before.decode("utf-8", "replace") if status == 200 else None,
+    return vllm_postlaunch.vllm_check(spec, before.decode("utf-8", "replace") if status == 200 else None,
                                         after.decode("utf-8", "replace") if status_after == 200 else None,
                                         CHECK_TOKENS)
 

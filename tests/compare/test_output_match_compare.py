@@ -7,8 +7,8 @@ from __future__ import annotations
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_index as fleet_index
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as report
+from ansible_collections.specbench.core.plugins.module_utils.report import index as fleet_index
+from ansible_collections.specbench.core.plugins.module_utils.report import render as report
 
 
 def block(outputs, source="token_ids", **extra):

@@ -1,5 +1,5 @@
 """time scale auto: the emulator's model over the levels (files/sglang_emulator/plan.py) and the
-choice from measured capacities (plugins/module_utils/emulator_scale.py). Pure computation and one
+choice from measured capacities (plugins/module_utils/engines/emulator_scale.py). Pure computation and one
 child process (under a second)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.specbench.core.plugins.module_utils.emulator_scale import choose_time_scale, round_up
+from ansible_collections.specbench.core.plugins.module_utils.engines.emulator_scale import choose_time_scale, round_up
 
 PLAN = Path(__file__).resolve().parents[2] / "files" / "sglang_emulator" / "plan.py"
 

@@ -31,11 +31,8 @@ import uuid
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "collections"))
 
-from ansible_collections.specbench.core.plugins.module_utils import (  # noqa: E402
-    gpu_state,
-    gpu_teardown,
-    proc_table,
-)
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown  # noqa: E402
 
 CHILD = r"""
 import os, signal, sys, time

@@ -16,7 +16,7 @@ from specbench_testkit import ROOT, free_port, inventory, local_host, run_playbo
 
 sys.path.insert(0, str(ROOT / "collections"))
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table  # noqa: E402
 
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 FAKES = Path(__file__).resolve().parent / "fakes"

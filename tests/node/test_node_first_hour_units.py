@@ -16,12 +16,12 @@ import pytest
 import yaml
 from nodekit import ROOT
 
-from ansible_collections.specbench.core.plugins.module_utils import sglang_process
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import preflight as sglang_preflight
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import render
+from ansible_collections.specbench.core.plugins.module_utils.launch import process as sglang_process
+from ansible_collections.specbench.core.plugins.module_utils.report.render import render_markdown
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import labels
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.sweep import format_level_line
-from ansible_collections.specbench.core.plugins.module_utils.specbench_report import render_markdown
 
 SETTINGS = [{"name": "tp_size", "flag": "--tp-size", "aliases": [], "variable": "sglang_server_tp_size",
              "kind": "count", "value": 8}]

@@ -10,9 +10,11 @@ import pytest
 import yaml
 from nodekit import ROOT
 
-from ansible_collections.specbench.core.plugins.module_utils import bench_scripts, proxmox_lxc, sglang_process
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import CommandError, render
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.flags import check
+from ansible_collections.specbench.core.plugins.module_utils.launch import process as sglang_process
+from ansible_collections.specbench.core.plugins.module_utils.node import proxmox_lxc
+from ansible_collections.specbench.core.plugins.module_utils.node import scripts as bench_scripts
 
 SETTINGS = [
     {"name": "tp_size", "flag": "--tp-size", "aliases": ["--tensor-parallel-size"], "variable": "sglang_server_tp_size",

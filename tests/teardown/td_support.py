@@ -30,7 +30,7 @@ for extra in (ROOT / "collections", ROOT / "files"):
 import specbench_testkit as testkit  # noqa: E402
 from specbench_testkit import PlaybookRun  # noqa: E402
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table  # noqa: E402
 from sglang_emulator import gpus  # noqa: E402
 
 H200_MIB = 143771

@@ -14,7 +14,8 @@ import pytest
 from td_support import run_playbook
 from test_nvidia_smi_backend import fake_smi
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 

@@ -14,7 +14,7 @@ import time
 import pytest
 from td_support import run_playbook
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
 from sglang_emulator import gpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]

@@ -16,7 +16,8 @@ import subprocess
 import pytest
 from td_support import OTHER_USER, Lab, other_user_ids, python_for_any_user
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 
@@ -99,7 +100,7 @@ def test_a_signal_the_kernel_refuses_is_an_answer_not_an_exception(shared_lab):
     lab = shared_lab
     victim, _unused = lab.start("--nodes", "nvidiactl")
     uid, gid = other_user_ids(OTHER_USER)
-    code = ("import sys; from ansible_collections.specbench.core.plugins.module_utils import proc_table; "
+    code = ("import sys; from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table; "
             f"print(proc_table.send_signal({victim.pid}, {proc_table.starttime(victim.pid)}, 9))")
     proc = subprocess.run(
         ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", python_for_any_user(), "-c", code],

@@ -11,7 +11,7 @@ import ansible_runner
 import pytest
 from td_support import FAKE_SMI, ROOT, run_playbook
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
 
 
 def fake_smi(lab, fail: str = "") -> str:

@@ -6,7 +6,7 @@ import types
 import pynvml
 import pytest
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state
 
 MIB = 1024 * 1024
 

@@ -19,7 +19,8 @@ import time
 import pytest
 from td_support import HOLDER, ROOT, Lab
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 

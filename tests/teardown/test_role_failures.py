@@ -9,7 +9,7 @@ import re
 import pytest
 from td_support import run_playbook
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 pytestmark = pytest.mark.slow
 

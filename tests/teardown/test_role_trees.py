@@ -17,7 +17,7 @@ import time
 import pytest
 from td_support import run_playbook, tagged_pids
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 pytestmark = pytest.mark.slow
 

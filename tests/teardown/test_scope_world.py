@@ -20,7 +20,8 @@ import time
 import pytest
 from td_support import OTHER_USER, Lab, run_playbook
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_teardown, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 
 pytestmark = [pytest.mark.slow, pytest.mark.own_pid_namespace]
 

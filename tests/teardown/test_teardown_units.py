@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, gpu_teardown, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import sequence as gpu_teardown
 
 ROOT = Path(__file__).resolve().parents[2]
 

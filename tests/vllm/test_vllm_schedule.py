@@ -8,7 +8,7 @@ import importlib.util
 import vllmkit
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import speculative_check as sc
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm import postlaunch as vllm_pl
 
 
 def rows(*pairs):
@@ -34,7 +34,7 @@ def test_the_schedule_passes_vllms_own_validation():
 
 
 def test_the_post_launch_check_reads_a_schedule_as_vllm_does():
-    """speculative_check.vllm_tokens_at (what the check expects at its one request, batch size 1)
+    """engines/vllm/postlaunch.py vllm_tokens_at (what the check expects at its one request, batch size 1)
     against vLLM's own dense lookup, on schedules with gaps, caps and ranges out of order."""
     vutils = vllm_lookup()
     schedules = ([[1, 15, 0], [16, 16, 4], [17, 32, 0]], [[32, 48, 2], [1, 8, 5], [12, 20, 1]],
@@ -42,6 +42,6 @@ def test_the_post_launch_check_reads_a_schedule_as_vllm_does():
     for schedule in schedules:
         for static in (1, 3, 4):
             lookup = vutils.build_dynamic_sd_schedule_lookup(schedule, 64, static)
-            ours = [sc.vllm_tokens_at({"method": "ngram", "num_speculative_tokens": static,
+            ours = [vllm_pl.vllm_tokens_at({"method": "ngram", "num_speculative_tokens": static,
                                        "num_speculative_tokens_per_batch_size": schedule}, bs) for bs in range(1, 65)]
             assert ours == lookup[1:], (schedule, static)

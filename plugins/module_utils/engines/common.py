@@ -195,3 +195,10 @@ def base_url(host: str, port: int) -> str:
     if ":" in target and not target.startswith("["):
         target = f"[{target}]"
     return f"http://{target}:{port}"
+
+
+def postlaunch_failure(mode: str, check: dict) -> str:
+    """The error that fails the mode when its engine's post-launch check (engines/<engine>/postlaunch.py)
+    found a mismatch."""
+    return (f"mode {mode} is not running as asked, so it is not measured: {'; '.join(check['mismatches'])}. "
+            "Fix the mode's flags (or the server's settings that made the engine change them) and launch again.")

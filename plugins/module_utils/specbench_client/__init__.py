@@ -5,7 +5,7 @@ OpenAI-compatible) server, measured next to the server.
 
 Standard library only, and nothing from Ansible: the collection's module bench_sweep and its
 action plugin import this package; the role bench_scripts ships it to the node as one file,
-``bin/specbench_client.pyz`` (a zipapp of this folder, built by ``bench_scripts.zipapp_bytes``
+``bin/specbench_client.pyz`` (a zipapp of this folder, built by ``node.scripts.zipapp_bytes``
 on the controller when it ships), and it runs by hand::
 
     python3 specbench_client.pyz --base-url http://127.0.0.1:30000 --concurrency 1,2,5,10 \\

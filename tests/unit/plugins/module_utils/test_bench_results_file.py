@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import stat
 
-from ansible_collections.specbench.core.plugins.module_utils.bench_results_file import file_results
+from ansible_collections.specbench.core.plugins.module_utils.report.results_file import file_results
 
 GPU = {"before": {"clean": True}, "after": {"clean": True}, "killed_before": [], "killed_after": [{"pid": 7}]}
 

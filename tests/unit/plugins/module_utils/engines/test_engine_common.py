@@ -73,6 +73,7 @@ def test_one_folder_per_engine_and_nothing_engine_named_left_loose():
     folders = sorted(p.name for p in ENGINES.iterdir() if p.is_dir() and not p.name.startswith("__"))
     assert folders == ["sglang", "vllm"]
     for name in folders:
-        assert {"__init__.py", "command.py", "flags.py"} <= {p.name for p in (ENGINES / name).iterdir()}, name
-    loose = sorted(p.name for p in ENGINES.parent.glob("*.py") if p.name.startswith(tuple(f"{n}_" for n in folders)))
-    assert loose == ["sglang_process.py"], "engine knowledge belongs in engines/<name>/ (sglang_process is shared)"
+        assert {"__init__.py", "command.py", "flags.py", "postlaunch.py"} <= {p.name for p in (ENGINES / name).iterdir()}, name
+    named = sorted(str(p.relative_to(ENGINES.parent)) for p in ENGINES.parent.rglob("*.py")
+                   if p.name.startswith(tuple(f"{n}_" for n in folders)))
+    assert named == [], "engine knowledge belongs in engines/<name>/ (the launch both share is launch/process.py)"

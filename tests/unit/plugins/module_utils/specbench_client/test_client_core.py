@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.specbench.core.plugins.module_utils import bench_scripts
 from ansible_collections.specbench.core.plugins.module_utils import specbench_client as sc
+from ansible_collections.specbench.core.plugins.module_utils.node import scripts as bench_scripts
 
 PACKAGE = Path(sc.__file__).resolve().parent
 

@@ -10,7 +10,7 @@ import pytest
 from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
 from sglang_emulator.cli import parse_adaptive_table
 
 

@@ -9,8 +9,8 @@ import json
 from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_index as idx
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from ansible_collections.specbench.core.plugins.module_utils.report import index as idx
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
 
 
 def rows(*pairs):
@@ -177,7 +177,7 @@ def test_capacity_settings_other_than_the_runs_are_named():
 
 
 def test_a_lasting_systemd_service_restarts_on_failure_and_logs_to_journald():
-    from ansible_collections.specbench.core.plugins.module_utils import sglang_process
+    from ansible_collections.specbench.core.plugins.module_utils.launch import process as sglang_process
 
     argv = sglang_process.systemd_run_argv("specbench-vllm-8000", ["python3"], "/l.log", "/run", {}, service=True)
     assert "--property=Restart=on-failure" in argv and "--property=StandardOutput=journal" in argv

@@ -10,7 +10,7 @@ import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
 
 LEVELS = [1, 4, 16, 64, 256]
 OUT = 256  # output tokens per request

@@ -12,8 +12,8 @@ import pytest
 from compare_synth import analytic_results, level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-from ansible_collections.specbench.core.plugins.module_utils import specbench_index as idx
-from ansible_collections.specbench.core.plugins.module_utils import specbench_report as rep
+from ansible_collections.specbench.core.plugins.module_utils.report import index as idx
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
 
 LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 

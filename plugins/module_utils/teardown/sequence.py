@@ -38,9 +38,9 @@ import os
 import signal
 import time
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
-from ansible_collections.specbench.core.plugins.module_utils.teardown_clean import ProveClean
-from ansible_collections.specbench.core.plugins.module_utils.teardown_holders import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.clean import ProveClean
+from ansible_collections.specbench.core.plugins.module_utils.teardown.holders import (
     FindHolders,
     defunct,
     is_controller,
@@ -48,13 +48,13 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown_holders im
     never_kill_match,
     protected,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_record import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown.record import (
     RecordedTree,
     recorded_pgid,
     recorded_server,
     void_reason,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import (
+from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import (
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
     ENGINE_KILL_PATTERNS,
@@ -66,8 +66,8 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown_settings i
     check_scope,
     compile_patterns,
 )
-from ansible_collections.specbench.core.plugins.module_utils.teardown_signals import Signalling
-from ansible_collections.specbench.core.plugins.module_utils.teardown_words import MONITOR, ResultWords
+from ansible_collections.specbench.core.plugins.module_utils.teardown.signals import Signalling
+from ansible_collections.specbench.core.plugins.module_utils.teardown.words import MONITOR, ResultWords
 
 # what callers use from here (the steps live in the teardown_*.py files)
 __all__ = [

@@ -8,8 +8,8 @@ verdict as its regions, so a status such as ``multiple`` never hides where specu
 
 from __future__ import annotations
 
+from ansible_collections.specbench.core.plugins.module_utils.report.render import _md
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import SCHEMA, compact, fmt_conc
-from ansible_collections.specbench.core.plugins.module_utils.specbench_report import _md
 
 INDEX_SCHEMA = "specbench.compare-index/1"
 

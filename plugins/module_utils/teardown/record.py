@@ -17,9 +17,9 @@ import json
 import os
 import time
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
-from ansible_collections.specbench.core.plugins.module_utils.teardown_holders import defunct
-from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import TeardownInputError
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.holders import defunct
+from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import TeardownInputError
 
 
 def _int_field(record: dict, key: str, source: str):

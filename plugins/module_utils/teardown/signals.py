@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import signal
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
-from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import SIGNAL_NAMES
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import SIGNAL_NAMES
 
 
 def run_as_fix(user: str) -> str:

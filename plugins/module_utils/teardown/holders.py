@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
-from ansible_collections.specbench.core.plugins.module_utils.teardown_settings import CONTROLLER_PREFIXES, GPU_NODE
-from ansible_collections.specbench.core.plugins.module_utils.teardown_signals import run_as_fix
-from ansible_collections.specbench.core.plugins.module_utils.teardown_words import ELSEWHERE, MONITOR, OTHER_USER_FIX
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import CONTROLLER_PREFIXES, GPU_NODE
+from ansible_collections.specbench.core.plugins.module_utils.teardown.signals import run_as_fix
+from ansible_collections.specbench.core.plugins.module_utils.teardown.words import ELSEWHERE, MONITOR, OTHER_USER_FIX
 
 
 def is_controller(info: proc_table.ProcInfo) -> bool:

@@ -23,7 +23,7 @@ import urllib.error
 
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 LISTEN = "0A"
 PROBES = ("/health_generate", "/health", "/v1/models")

@@ -24,7 +24,7 @@ import os
 import shutil
 import subprocess
 
-from ansible_collections.specbench.core.plugins.module_utils import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 BACKENDS = ("auto", "nvml", "nvidia-smi", "emulated")
 MIB = 1024 * 1024

@@ -16,9 +16,7 @@ import math
 import os
 import tempfile
 
-from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
-from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
-from ansible_collections.specbench.core.plugins.module_utils.specbench_report_breakdown import (
+from ansible_collections.specbench.core.plugins.module_utils.report.breakdown import (
     TERMS_PLOT,
     category_table,
     prompt_set_lines,
@@ -26,11 +24,13 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_report_br
     separate_lines,
     terms_table,
 )
-from ansible_collections.specbench.core.plugins.module_utils.specbench_report_sections import (
+from ansible_collections.specbench.core.plugins.module_utils.report.sections import (
     _md,
     output_match_lines,
     traffic_lines,
 )
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
 
 PLOTS = {
     "throughput": "throughput.png",

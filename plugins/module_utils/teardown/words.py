@@ -4,7 +4,7 @@
 structured problem per fact in it."""
 from __future__ import annotations
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
 
 D_STATE_ADVICE = (
     "stuck in the driver (state D): no signal can reach it until it leaves the driver; only a "

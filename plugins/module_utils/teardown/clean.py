@@ -6,7 +6,7 @@ what would be signalled (a server that respawns on SIGTERM leaves a child behind
 what is new; it gives up early once only memory no signal from here can free remains."""
 from __future__ import annotations
 
-from ansible_collections.specbench.core.plugins.module_utils import gpu_state, proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
 
 
 class ProveClean:
