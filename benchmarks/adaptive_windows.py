@@ -51,6 +51,9 @@ VLLM_MODES = {"baseline": [], "eagle3": ["--speculative-config",  # n-gram stand
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 VLLM_MODEL = ROOT / "tests" / ".tmp" / "vllm-models" / "tiny"
 
+# The benchmark client from its package folder (the node runs the same cli.main() from its zipapp).
+CLIENT = [sys.executable, "-c", "import sys; from specbench_client.cli import main; sys.exit(main())"]
+
 
 class VllmServer:
     """vLLM's CPU build with the tiny local model in its own session on a free loopback port
@@ -106,7 +109,7 @@ def measure(tmp: Path, mode: str, args, adaptive: bool) -> tuple[dict, float]:
     try:  # started without waiting, so that an interrupt while it starts still stops it
         server.wait_ready()
         env = dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils"))
-        cmd = [sys.executable, "-m", "specbench_client", "--base-url", server.base_url,
+        cmd = [*CLIENT, "--base-url", server.base_url,
                "--concurrency", ",".join(map(str, args.levels)), *lengths,
                "--warmup-s", str(args.warmup_s), "--window-s", str(args.window_s), "--output", str(out)]
         if adaptive:

@@ -45,6 +45,9 @@ from ansible_collections.specbench.core.plugins.module_utils import specbench_co
 PROFILE = "llama-3.1-8b-1x-h100"
 MODES = {"baseline": [], "eagle3": ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "test/draft"]}
 
+# The benchmark client from its package folder (the node runs the same cli.main() from its zipapp).
+CLIENT = [sys.executable, "-c", "import sys; from specbench_client.cli import main; sys.exit(main())"]
+
 
 def measure(tmp: Path, mode: str, levels: list[int], args) -> dict:
     """One fresh server in ``mode``, the client over ``levels``; the results dict."""
@@ -55,7 +58,7 @@ def measure(tmp: Path, mode: str, levels: list[int], args) -> dict:
     try:  # started without waiting, so that an interrupt while it starts still stops it
         emu.wait_ready()
         env = dict(os.environ, PYTHONPATH=str(ROOT / "plugins" / "module_utils"))
-        cmd = [sys.executable, "-m", "specbench_client", "--base-url", emu.base_url, "--api", "native",
+        cmd = [*CLIENT, "--base-url", emu.base_url, "--api", "native",
                "--concurrency", ",".join(map(str, levels)), "--input-len", str(args.length),
                "--output-len", str(args.length), "--warmup-s", str(args.warmup_s), "--window-s", str(args.window_s),
                "--output", str(out)]

@@ -317,8 +317,8 @@ def vllm_drafts(base: str, model: str, spec: dict) -> dict:
                 "running": {}, "ok": False, "mismatches": [f"the check's completion failed: {exc}"]}
     status_after, after = http_get(base + "/metrics")
     return vllm_postlaunch.vllm_check(spec, before.decode("utf-8", "replace") if status == 200 else None,
-                                        after.decode("utf-8", "replace") if status_after == 200 else None,
-                                        CHECK_TOKENS)
+                                      after.decode("utf-8", "replace") if status_after == 200 else None,
+                                      CHECK_TOKENS)
 
 
 if __name__ == "__main__":

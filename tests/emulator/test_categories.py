@@ -17,6 +17,9 @@ from sglang_emulator.profiles import CATEGORY_ACCEPT_Q, CATEGORY_OPENINGS, PROFI
 
 PROFILE = "kimi-k2.5-8x-rtx-pro-6000"
 
+# The benchmark client from its package folder (the node runs the same cli.main() from its zipapp).
+CLIENT = [sys.executable, "-c", "import sys; from specbench_client.cli import main; sys.exit(main())"]
+
 
 def test_the_emulator_reads_the_built_in_sets_category_from_the_text():
     assert CATEGORY_OPENINGS == prompts_builtin.OPENINGS
@@ -39,7 +42,7 @@ def test_per_category_accept_length_from_the_emulator(emulator, tmp_path):
                    "--speculative-draft-model-path", "test/draft", "--speculative-num-steps", "3",
                    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
     out = tmp_path / "out.json"
-    subprocess.run([sys.executable, "-m", "specbench_client", "--base-url", emu.base_url, "--api", "native",
+    subprocess.run([*CLIENT, "--base-url", emu.base_url, "--api", "native",
                     "--concurrency", "6", "--warmup-s", "1", "--window-s", "2", "--output-len", "32",
                     "--prompts-file", "builtin", "--output", str(out)],
                    cwd=str(ps.__file__).rsplit("/specbench_client/", 1)[0], check=True, capture_output=True,

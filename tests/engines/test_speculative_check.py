@@ -125,4 +125,4 @@ def test_the_check_catches_the_emulators_silent_adaptive_off(emulator):
                                  "speculative params.)"]
     fine = emulator(*LLAMA, *EAGLE3_ADAPTIVE[2:])
     assert sglang_pl.sglang_check(EAGLE3_ADAPTIVE, json.loads(http("GET", fine.base_url + "/server_info")[2]),
-                           "/server_info", fine.log())["ok"]
+                                  "/server_info", fine.log())["ok"]

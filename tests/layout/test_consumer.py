@@ -78,10 +78,13 @@ def consumer():
                   or "/molecule/" in n or n.endswith((".pyc", ".tar.gz"))]
         assert not leaked, f"the tarball carries what users do not need: {leaked[:10]}"
         # --offline: community.proxmox (the declared dependency) is already installed with the
-        # suite's `ansible` package; no Galaxy server is contacted.
-        install = _run([BIN / "ansible-galaxy", "collection", "install", "--offline", tarball, "-p",
+        # suite's `ansible` package; no Galaxy server is contacted. --force: a specbench.core of the
+        # same version anywhere on root's collections paths would otherwise make it "nothing to do".
+        install = _run([BIN / "ansible-galaxy", "collection", "install", "--offline", "--force", tarball, "-p",
                         folder / "collections"], cwd=folder)
         assert install.returncode == 0, install.stdout + install.stderr
+        assert (folder / "collections" / "ansible_collections" / "specbench" / "core" / "MANIFEST.json").is_file(), \
+            install.stdout + install.stderr
         _read_only(folder / "collections")
         version = _run([BIN / "python", "-c", "import ansible.release as r; print(r.__version__)"]).stdout.strip()
         uv = os.environ.get("SPECBENCH_UV") or shutil.which("uv") or str(BIN / "uv")
@@ -125,7 +128,7 @@ def test_installed_collection_benches_from_an_empty_folder_as_a_user(consumer):
     """`ansible-playbook specbench.core.bench -e mode=baseline`, nothing else but two short levels
     and a free port: the embedded default runs, the results land in ./results of the empty folder,
     the node folder is the user's ~/.local/share/specbench, and the collection is left as installed."""
-    folder, _, collections, _, _ = consumer
+    folder, collections = consumer[0], consumer[2]
     work = folder / "work"
     port = free_port()
     started = time.monotonic()
@@ -152,7 +155,7 @@ def test_installed_collection_benches_from_an_empty_folder_as_a_user(consumer):
 def test_results_never_go_into_the_installed_collection(consumer):
     """Run from inside the installed collection, the default ./results would land there: refused
     before anything is launched, naming results_dir."""
-    _, _, collections, _, _ = consumer
+    collections = consumer[2]
     inside = collections / "ansible_collections" / "specbench" / "core"
     run = _as_user(consumer, inside, "specbench.core.bench", "-e", "mode=baseline", timeout=180)
     output = run.stdout + run.stderr

@@ -63,7 +63,7 @@ def slug(heading: str) -> str:
 def anchors(path: Path) -> set[str]:
     found: set[str] = set()
     counts: dict[str, int] = {}
-    for _, line in prose_lines(path.read_text(encoding="utf-8")):
+    for _number, line in prose_lines(path.read_text(encoding="utf-8")):
         found.update(HTML_ANCHOR.findall(line))
     # headings are read with their inline code kept (it is part of the text GitHub slugs)
     fence = None
@@ -106,7 +106,7 @@ def check_links(path: Path, root: Path = ROOT) -> list[str]:
             continue
         if scheme:  # mailto:, ftp: ... not ours to check
             continue
-        file_part, _, anchor = target.partition("#")
+        file_part, _hash, anchor = target.partition("#")
         dest = path if not file_part else (path.parent / unquote(file_part)).resolve()
         if file_part and not dest.exists():
             shown = dest.relative_to(root) if dest.is_relative_to(root) else dest

@@ -24,7 +24,10 @@ def _import(tmp_path: Path, tarball: Path) -> subprocess.CompletedProcess:
     config = tmp_path / "galaxy-importer.cfg"
     config.write_text(CONFIG)
     env = {**os.environ, "GALAXY_IMPORTER_CONFIG": str(config), "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-           "HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+           "HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
+           # The importer installs the collection to lint it: into this test's folder, not the user's.
+           "ANSIBLE_HOME": str(tmp_path / "ansible-home"),
+           "ANSIBLE_COLLECTIONS_PATH": str(tmp_path / "ansible-home" / "collections")}
     return subprocess.run([str(BIN / "python"), "-m", "galaxy_importer.main", str(tarball)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 

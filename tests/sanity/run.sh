@@ -75,14 +75,16 @@ if [ ! -e "$get_pip" ] || { head -n1 "$get_pip" | grep -qF "$marker" && [ "$(cat
 fi
 
 # The shipped files: tracked plus untracked-not-ignored, less galaxy.yml's build_ignore
-# (which drops the venv links, collections/ and its link back to this root, results, .ci).
+# (which drops the venv links, collections/ and its link back to this root, results, .ci),
+# plus tests/, which the tarball leaves out but ansible-test reads: the sanity ignores
+# (tests/sanity/ignore-2.19.txt) and the unit tests (tests/unit/).
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/specbench-$command.XXXXXX")
 if [ "$keep" -eq 0 ]; then trap 'rm -rf "$tmp"' EXIT; fi
 dest="$tmp/ansible_collections/specbench/core"
 mkdir -p "$dest"
 git ls-files -z --cached --others --exclude-standard | python -c '
 import fnmatch, os, sys, yaml
-ignore = yaml.safe_load(open("galaxy.yml"))["build_ignore"]
+ignore = [pat for pat in yaml.safe_load(open("galaxy.yml"))["build_ignore"] if pat != "tests"]
 for path in sys.stdin.read().split("\0"):
     if not path or not os.path.lexists(path):
         continue  # deleted in the work tree, not yet in the index

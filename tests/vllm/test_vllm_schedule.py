@@ -43,5 +43,5 @@ def test_the_post_launch_check_reads_a_schedule_as_vllm_does():
         for static in (1, 3, 4):
             lookup = vutils.build_dynamic_sd_schedule_lookup(schedule, 64, static)
             ours = [vllm_pl.vllm_tokens_at({"method": "ngram", "num_speculative_tokens": static,
-                                       "num_speculative_tokens_per_batch_size": schedule}, bs) for bs in range(1, 65)]
+                                            "num_speculative_tokens_per_batch_size": schedule}, bs) for bs in range(1, 65)]
             assert ours == lookup[1:], (schedule, static)

@@ -27,6 +27,8 @@ _FLAGS = {
 }
 # Spellings SGLang resolves to another algorithm (srt/arg_groups/speculative_hook.py: NEXTN is EAGLE).
 ALIASES = {"NEXTN": "EAGLE"}
+
+
 def sglang_asked(args: list) -> dict:
     """The speculative settings a SGLang command line asks for (argparse's rule: the last one
     wins; ``--flag=value`` or ``--flag value``). No algorithm asked: plain decoding."""
