@@ -1,7 +1,7 @@
 # Copyright: specbench contributors
 # Apache License 2.0 (see galaxy.yml)
 """Action plugin bench_results_file: a mode's results file on the controller, in the
-controller's worker process (module_utils/bench_results_file.file_results).
+controller's worker process (module_utils/report/results_file.file_results).
 
 See plugins/modules/bench_results_file.py for the documentation. The results file is the
 controller's (role bench_sweep writes it there), so nothing runs on a node and no Python child

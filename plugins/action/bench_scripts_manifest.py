@@ -5,7 +5,7 @@ ships, computed in the controller's worker process.
 
 See plugins/modules/bench_scripts_manifest.py for the documentation. The module always runs on
 the controller (delegate_to: localhost), so this plugin calls the same code
-(module_utils/bench_scripts.manifest_result) in place: the same result and the same errors,
+(module_utils/node/scripts.manifest_result) in place: the same result and the same errors,
 without starting a Python child for each call (one per mode in playbooks/compare.yml).
 """
 

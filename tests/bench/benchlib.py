@@ -28,8 +28,9 @@ PROXY = Path(__file__).resolve().parent / "faultproxy.py"
 os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
 sys.path.insert(0, str(MODULE_UTILS))
 
-import bench_scripts  # noqa: E402 - builds the one file the node runs
 import specbench_client as sc  # noqa: E402 - the client core, as a plain package (no Ansible)
+
+from ansible_collections.specbench.core.plugins.module_utils.node import scripts as bench_scripts  # noqa: E402
 
 __all__ = ["CLIENT", "PACKAGE", "FaultProxy", "Run", "analytic", "build_client", "free_port", "kept_up_level",
            "run_playbook", "sc"]

@@ -35,8 +35,8 @@ def docs_files() -> list[Path]:
     return [f for f in files if f.exists()]
 
 
-def prose_lines(text: str):
-    """(line number, line) outside fenced code blocks, inline code removed."""
+def prose_lines(text: str, keep_code: bool = False):
+    """(line number, line) outside fenced code blocks, inline code removed unless keep_code."""
     fence = None
     for number, line in enumerate(text.splitlines(), 1):
         match = FENCE.match(line)
@@ -47,7 +47,7 @@ def prose_lines(text: str):
                 fence = None
             continue
         if fence is None:
-            yield number, INLINE_CODE.sub("", line)
+            yield number, line if keep_code else INLINE_CODE.sub("", line)
 
 
 def slug(heading: str) -> str:
@@ -66,16 +66,8 @@ def anchors(path: Path) -> set[str]:
     for _number, line in prose_lines(path.read_text(encoding="utf-8")):
         found.update(HTML_ANCHOR.findall(line))
     # headings are read with their inline code kept (it is part of the text GitHub slugs)
-    fence = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        match = FENCE.match(line)
-        if match:
-            if fence is None:
-                fence = match.group(1)[0] * len(match.group(1))
-            elif match.group(1).startswith(fence):
-                fence = None
-            continue
-        heading = HEADING.match(line) if fence is None else None
+    for _number, line in prose_lines(path.read_text(encoding="utf-8"), keep_code=True):
+        heading = HEADING.match(line)
         if heading:
             base = slug(heading.group(2))
             n = counts.get(base, 0)

@@ -1,4 +1,4 @@
-"""Role bench_mode's last step on the controller (module_utils/bench_results_file, run by the
+"""Role bench_mode's last step on the controller (module_utils/report/results_file, run by the
 action plugin bench_results_file): the GPU state into the results file, then a tagged run filed
 under its tag and the untagged file set aside before it put back. Unit tests, well under a second."""
 from __future__ import annotations
