@@ -174,7 +174,9 @@ def test_an_unwritable_results_folder_fails_first_naming_results_dir(consumer, k
     assert run.returncode != 0, output[-4000:]
     assert f"Cannot create or write the results folder {target}" in output, output[-4000:]
     assert "Nothing was launched" in output
-    assert "TASK [specbench.core.sglang_server" not in output, "refused only after the launch settings were checked"
+    # Refused in the preflight play, after every input was checked and before anything ran on the node.
+    assert "PLAY [Bench | Run one mode]" not in output and "Start the server" not in output, output[-4000:]
+    assert "Kill the GPU holders" not in output, output[-4000:]
 
 
 def test_a_host_pattern_that_matches_nothing_fails_at_once(consumer):

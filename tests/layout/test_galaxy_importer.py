@@ -20,9 +20,9 @@ CHECK_CHANGELOG = True
 """
 
 
-def _import(tmp_path: Path, tarball: Path) -> subprocess.CompletedProcess:
+def _import(tmp_path: Path, tarball: Path, config_text: str = CONFIG) -> subprocess.CompletedProcess:
     config = tmp_path / "galaxy-importer.cfg"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     env = {**os.environ, "GALAXY_IMPORTER_CONFIG": str(config), "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
            "HOME": str(tmp_path / "home"), "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp"),
            # The importer installs the collection to lint it: into this test's folder, not the user's.
@@ -59,6 +59,7 @@ def test_galaxy_importer_refuses_what_galaxy_refuses(tmp_path):
                            cwd=copy, capture_output=True, text=True, timeout=300, check=False)
     assert build.returncode == 0, build.stdout + build.stderr
     (tarball,) = tmp_path.glob("specbench-core-*.tar.gz")
-    result = _import(tmp_path, tarball)
+    # The name check comes before ansible-doc and ansible-lint, which this run need not pay for.
+    result = _import(tmp_path, tarball, CONFIG.replace("= True", "= False"))
     assert result.returncode != 0
     assert "module_utils name invalid format: __main__" in result.stdout + result.stderr
