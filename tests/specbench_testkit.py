@@ -255,6 +255,42 @@ def kill_node_servers(node_dir: Path, rounds: int = 50) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------
+# The collection as files: the checkout's own, and the tarball users install
+# ---------------------------------------------------------------------------------------------
+def checkout_files(root: Path = ROOT) -> list[str]:
+    """What the checkout holds: the files git tracks or would track (not ignored), as they are in
+    the work tree (a file deleted there but still in the index is left out)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    return [name for name in listed if name and os.path.lexists(root / name)]
+
+
+def copy_checkout(dest: Path, skip: tuple[str, ...] = ()) -> Path:
+    """The checkout's files copied to ``dest`` (links kept as links), less the paths starting with ``skip``."""
+    for name in checkout_files():
+        if name.startswith(skip):
+            continue
+        source, target = ROOT / name, dest / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_symlink():
+            target.symlink_to(os.readlink(source))
+        elif source.is_file():
+            target.write_bytes(source.read_bytes())
+            target.chmod(source.stat().st_mode & 0o777)
+    return dest
+
+
+def build_collection(folder: Path, source: Path = ROOT) -> Path:
+    """``ansible-galaxy collection build`` of ``source`` into ``folder``, as a user builds it: the tarball."""
+    folder.mkdir(parents=True, exist_ok=True)
+    built = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(folder),
+                            str(source)], cwd=folder, capture_output=True, text=True, timeout=300, check=False)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (tarball,) = folder.glob("specbench-core-*.tar.gz")
+    return tarball
+
+
+# ---------------------------------------------------------------------------------------------
 # The emulator as a process of the test
 # ---------------------------------------------------------------------------------------------
 class Emulator:

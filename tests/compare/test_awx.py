@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from specbench_testkit import build_collection
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_client
 
@@ -171,12 +172,8 @@ def test_ansible_builder_turns_the_execution_environment_into_a_build_context(tm
     """The EE as a user builds it: the collection tarball next to execution-environment.yml, then
     ansible-builder create; the galaxy stage installs the tarball, the builder stage introspects it."""
     tarball = f"specbench-core-{galaxy_version()}.tar.gz"
-    built = subprocess.run(
-        [str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path), str(ROOT)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    assert (tmp_path / tarball).is_file(), f"ansible-galaxy built {list(tmp_path.iterdir())}, not {tarball}"
+    built = build_collection(tmp_path)
+    assert built.name == tarball, f"ansible-galaxy built {built.name}, not {tarball} (execution-environment.yml names it)"
     # additional_build_files' src is relative to the definition: the definition sits next to the tarball,
     # as it does at the repository root after `ansible-galaxy collection build`.
     shutil.copy(ROOT / "execution-environment.yml", tmp_path / "execution-environment.yml")

@@ -11,7 +11,6 @@ import difflib
 import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -95,17 +94,3 @@ def test_a_hand_edit_of_changelog_md_is_caught(tmp_path):
     edited = (ROOT / "CHANGELOG.md").read_text() + "\n- Tests: a timing tuned by hand.\n"
     drift = changelog_drift(project_copy(tmp_path), edited)
     assert "-- Tests: a timing tuned by hand." in drift, drift
-
-
-def test_the_built_collection_carries_its_changelog(tmp_path):
-    """Galaxy, Automation Hub and galaxy-importer read the release notes from the artifact: keep
-    changelogs/ out of galaxy.yml's build_ignore."""
-    result = subprocess.run([str(Path(sys.executable).parent / "ansible-galaxy"), "collection", "build",
-                             "--output-path", str(tmp_path)], cwd=ROOT, check=False, capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
-    (archive,) = tmp_path.glob("specbench-core-*.tar.gz")
-    with tarfile.open(archive) as tar:
-        names = set(tar.getnames())
-    missing = {"CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml"} - names
-    assert not missing, f"{sorted(missing)} left out of the built collection: drop them from galaxy.yml's build_ignore"

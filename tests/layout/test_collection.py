@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from specbench_testkit import build_collection
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
@@ -20,14 +21,20 @@ def run(*argv: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
 
 
 def test_galaxy_build_packages_the_collection(tmp_path):
-    result = run(str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    (archive,) = tmp_path.glob("specbench-core-*.tar.gz")
-    with tarfile.open(archive) as tar:
+    """The tarball holds what a user of the collection needs (Galaxy, Automation Hub and
+    galaxy-importer read the release notes and the licence from it) and none of the checkout's
+    development tooling, results or build contexts (galaxy.yml's build_ignore)."""
+    with tarfile.open(build_collection(tmp_path)) as tar:
         names = set(tar.getnames())
-    assert "MANIFEST.json" in names and "meta/runtime.yml" in names
-    assert "files/sglang_emulator/__main__.py" in names
-    assert not any(n.startswith((".venv", "collections/", "results/")) for n in names)
+    needed = {"MANIFEST.json", "meta/runtime.yml", "meta/execution-environment.yml", "LICENSE", "README.md",
+              "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml", "playbooks/bench.yml",
+              "files/sglang_emulator/__main__.py", "docs/reference/variables.md"}
+    assert not needed - names, f"{sorted(needed - names)} left out of the built collection"
+    leaked = sorted(n for n in names if n.split("/")[0] in {"tests", "benchmarks", "results", "collections", "context",
+                                                            ".ci", "bench.yml", "ansible.cfg"}
+                    or n.startswith(".venv") or "/molecule/" in n or n.endswith((".pyc", ".tar.gz"))
+                    or n == "docs/reference/generate_variables.py")
+    assert not leaked, f"the tarball carries what users do not need: {leaked[:10]}"
 
 
 @pytest.mark.parametrize("module", MODULES)

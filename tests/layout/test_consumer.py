@@ -13,17 +13,15 @@ import json
 import os
 import pwd
 import shutil
-import signal
 import stat
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
-from specbench_testkit import free_port
+from specbench_testkit import build_collection, free_port, kill_node_servers
 
 pytestmark = pytest.mark.slow
 
@@ -43,18 +41,6 @@ def _read_only(path: Path) -> None:
             item.chmod(0o555 if item.is_dir() else (0o555 if item.stat().st_mode & stat.S_IXUSR else 0o444))
 
 
-def _kill_leftovers(folder: Path) -> None:
-    """SIGKILL what a failed run may have left: only processes whose command line holds the test's folder."""
-    mark = str(folder).encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if mark in (entry / "cmdline").read_bytes():
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ProcessLookupError):
-                pass
-
-
 @pytest.fixture(scope="module")
 def consumer():
     """(folder, venv bin, collections path, uid, gid): the tarball built and installed read-only."""
@@ -69,14 +55,7 @@ def consumer():
     folder = Path(tempfile.mkdtemp(prefix="specbench-consumer-", dir="/tmp"))
     folder.chmod(0o755)
     try:
-        build = _run([BIN / "ansible-galaxy", "collection", "build", "--output-path", folder / "build"], cwd=ROOT)
-        assert build.returncode == 0, build.stdout + build.stderr
-        (tarball,) = (folder / "build").glob("specbench-core-*.tar.gz")
-        with tarfile.open(tarball) as tar:
-            names = tar.getnames()
-        leaked = [n for n in names if n.split("/")[0] in ("tests", "benchmarks", "results", "collections", "context")
-                  or "/molecule/" in n or n.endswith((".pyc", ".tar.gz"))]
-        assert not leaked, f"the tarball carries what users do not need: {leaked[:10]}"
+        tarball = build_collection(folder / "build")  # what it holds: tests/layout/test_collection.py
         # --offline: community.proxmox (the declared dependency) is already installed with the
         # suite's `ansible` package; no Galaxy server is contacted. --force: a specbench.core of the
         # same version anywhere on root's collections paths would otherwise make it "nothing to do".
@@ -102,7 +81,8 @@ def consumer():
                 item.chmod(item.stat().st_mode | stat.S_IROTH | (stat.S_IXOTH if item.is_dir() else 0))
         yield folder, venv / "bin", folder / "collections", entry.pw_uid, entry.pw_gid
     finally:
-        _kill_leftovers(folder)
+        # What a failed run may have left on the user's node folder: its recorded server, its device holders.
+        kill_node_servers(folder / "home" / ".local" / "share" / "specbench")
         shutil.rmtree(folder, ignore_errors=True)
 
 

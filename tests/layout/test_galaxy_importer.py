@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from specbench_testkit import build_collection, copy_checkout
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -33,11 +35,7 @@ def _import(tmp_path: Path, tarball: Path, config_text: str = CONFIG) -> subproc
 
 
 def test_galaxy_importer_passes_on_the_built_tarball(tmp_path):
-    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
-                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
-    assert build.returncode == 0, build.stdout + build.stderr
-    (tarball,) = tmp_path.glob("specbench-core-*.tar.gz")
-    result = _import(tmp_path, tarball)
+    result = _import(tmp_path, build_collection(tmp_path / "build"))
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "Importer processing completed successfully" in output, output[-6000:]
     assert "ERROR" not in output, [line for line in output.splitlines() if "ERROR" in line]
@@ -45,20 +43,10 @@ def test_galaxy_importer_passes_on_the_built_tarball(tmp_path):
 
 def test_galaxy_importer_refuses_what_galaxy_refuses(tmp_path):
     """The check can fail: a module_utils name with '__' (as specbench_client/__main__.py was) is refused."""
-    copy = tmp_path / "src"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file() and not source.is_symlink() and not name.startswith(("tests/", "benchmarks/")):
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            (copy / name).write_bytes(source.read_bytes())
+    copy = copy_checkout(tmp_path / "src", skip=("tests/", "benchmarks/"))
     bad = copy / "plugins" / "module_utils" / "specbench_client" / "__main__.py"
     bad.write_text("from .cli import main\n")
-    build = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", "--output-path", str(tmp_path)],
-                           cwd=copy, capture_output=True, text=True, timeout=300, check=False)
-    assert build.returncode == 0, build.stdout + build.stderr
-    (tarball,) = tmp_path.glob("specbench-core-*.tar.gz")
+    tarball = build_collection(tmp_path / "build", source=copy)
     # The name check comes before ansible-doc and ansible-lint, which this run need not pay for.
     result = _import(tmp_path, tarball, CONFIG.replace("= True", "= False"))
     assert result.returncode != 0

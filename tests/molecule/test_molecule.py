@@ -8,13 +8,12 @@ out that way."""
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from specbench_testkit import copy_checkout, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
@@ -23,28 +22,10 @@ SCENARIOS = sorted(ROOT.glob("roles/*/molecule/default/molecule.yml"))
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def collection_copy(tmp_path_factory) -> Path:
     """The checkout's files at <tmp>/ansible_collections/specbench/core (links kept as links)."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    dest = tmp_path_factory.mktemp("molecule") / "ansible_collections" / "specbench" / "core"
-    for name in filter(None, listed):
-        source = ROOT / name
-        if not source.exists() and not source.is_symlink():
-            continue  # deleted in the work tree, not yet in the index
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        if source.is_symlink():
-            (dest / name).symlink_to(os.readlink(source))
-        elif source.is_file():
-            shutil.copy2(source, dest / name)
-    return dest
+    return copy_checkout(tmp_path_factory.mktemp("molecule") / "ansible_collections" / "specbench" / "core")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[p.parents[2].name for p in SCENARIOS])
@@ -55,7 +36,7 @@ def test_molecule_default_scenario(scenario, tmp_path, collection_copy):
     env = {
         **os.environ,
         "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "SPECBENCH_MOLECULE_PORT": str(_free_port()),
+        "SPECBENCH_MOLECULE_PORT": str(free_port()),
         "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-local"),
         "ANSIBLE_NOCOLOR": "1",
         "NO_COLOR": "1",
