@@ -88,14 +88,22 @@ def test_accept_length_is_the_counters_over_the_window(vllm_pool, name, mode):
     inside the bounds its own scrapes allow, and those overlap the bounds of the test's scrapes
     (each counter's extremes at each edge, so no tolerance is needed)."""
     run, doc = measured(vllm_pool, name, mode)
+    bounded = []
     for level in doc["levels"]:
-        counted = run.scraper.over(level)["accept_length"]
+        server = run.scraper.over(level)
+        counted = server["accept_length"]
+        if counted[1] != float("inf"):
+            bounded.append(level["concurrency"])
         mine = level["accept_length_bounds"]
         assert mine[0] - 1e-4 <= level["accept_length"] <= mine[1] + 1e-4, level["concurrency"]
         vllmkit.assert_overlap("accept length", level, mine, counted)
         assert level["accept_length_source"].startswith("/metrics spec_decode counters")
         if mode == "ngram":
             assert level["accept_length"] > 1.5  # a random model loops under greedy decoding: drafts land
+    # A level whose edges the test's scrapes could not resolve (vLLM's API server answered nothing
+    # near an edge: 12 s once, on a loaded CI machine) is checked from below only; at least one
+    # level of every run is checked on both sides.
+    assert bounded, [run.scraper.over(level)["coverage"] for level in doc["levels"]]
 
 
 def test_the_baseline_reports_no_accept_length(vllm_pool):
