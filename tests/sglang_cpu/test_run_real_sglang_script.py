@@ -7,6 +7,7 @@ which no package registry carries: it runs when SPECBENCH_SGLANG_SRC names a tre
 skip tests/conftest.py allows in CI for it."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -160,3 +161,35 @@ def test_end_to_end_with_a_source_tree():
         pytest.skip("needs SGLang's source tree (SPECBENCH_SGLANG_SRC): its CPU kernel is on no package registry")
     done = subprocess.run([BASH, str(SCRIPT), src], capture_output=True, text=True, timeout=3600, check=False)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_the_fidelity_diff_holds_the_emulator_to_sglangs_source(emulator, capsys):
+    """fidelity_diff.py (issue 40, item 4) with the emulator (EAGLE-3) on one side and SGLang 0.5.23's
+    installed code on the other: every sglang: metric the emulator serves is declared by SGLang with
+    the same type, sglext.spec_tokens_details has SpecTokensDetails' fields on both OpenAI APIs, the
+    readiness lines are SGLang's, and /generate's speculative meta_info keys differ only by the three
+    SGLang sets under DSpark's capped verify alone (deliberate: no such mode is emulated)."""
+    why = kit.wait_for_venv("sglang", SGLANG_PYTHON)
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    import fidelity_diff
+
+    package = next((SGLANG_PYTHON.parent.parent / "lib").glob("python3*/site-packages/sglang"))
+    emu = emulator("--tp-size", "8", "--enable-metrics", "--speculative-algorithm", "EAGLE3",
+                   "--speculative-draft-model-path", "d", "--speculative-num-steps", "3",
+                   "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", time_scale=0.2)
+    out_json = Path(os.environ.get("TMPDIR", "/tmp")) / f"fidelity-{os.getpid()}.json"
+    assert fidelity_diff.main(["--left", emu.base_url, "--left-name", "emulator", "--left-log", str(emu.log_path),
+                               "--source", str(package), "--json", str(out_json)]) == 0
+    rows = {row["item"]: row for row in json.loads(out_json.read_text())}
+    out_json.unlink()
+    assert rows["/metrics names served but not declared by the source, or of another type"]["verdict"] == "same"
+    for api in ("/v1/chat/completions", "/v1/completions"):
+        assert rows[f"POST {api} sglext.spec_tokens_details"]["verdict"] == "same", rows
+    spec = rows["POST /generate meta_info speculative keys (last chunk)"]
+    assert set(spec["source site-packages"]) - set(spec["emulator"]) == {
+        "spec_block_accept_length", "spec_cap_length", "spec_cap_lens_histogram"}
+    assert rows["readiness log lines"]["verdict"] == "same"
+    assert "5 items, 4 same, 1 differ, 0 on one side only" in capsys.readouterr().out
