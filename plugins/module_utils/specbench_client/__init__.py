@@ -36,7 +36,9 @@ How a level is measured
   SGLang and vLLM honour), else the words of each delta scaled so a request's total equals the
   server's ``usage.completion_tokens``; ``token_count_source`` says which.
 * Accept length (``accept_length_source`` says which): sum(completion_tokens) /
-  sum(spec_verify_ct) of /generate over the requests finished in the window, else the engine's
+  sum(spec_verify_ct) over the requests finished in the window, per request from /generate or,
+  on SGLang's chat and completions APIs, from ``sglext.spec_tokens_details`` (asked for with
+  ``return_spec_tokens_details``), else the engine's
   counters over the window (/metrics), else ``/server_info`` over every DP rank after a
   ``/flush_cache`` before the level. Server-side running and queued requests, and the server's
   own generated-token counter over the window, from ``/metrics`` when it exists (a client

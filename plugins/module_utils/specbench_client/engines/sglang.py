@@ -73,6 +73,8 @@ def speculation(info, metrics: bytes | None, config=None) -> dict:
     del metrics, config
     if not isinstance(info, dict):
         return {"algorithm": "unknown", "source": None}
+    if "speculative_algorithm" not in info:  # not SGLang's server arguments: a foreign server's /server_info
+        return {"algorithm": "unknown", "source": "/server_info without speculative_algorithm"}
     algo = info.get("speculative_algorithm")
     out = {"algorithm": str(algo).upper() if algo else None, "source": "/server_info (resolved server arguments)"}
     if algo:

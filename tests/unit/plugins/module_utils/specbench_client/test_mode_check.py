@@ -28,6 +28,8 @@ def test_sglang_reads_the_resolved_fields():
     assert sglang.speculation({"speculative_algorithm": None}, None) == {
         "algorithm": None, "source": "/server_info (resolved server arguments)"}
     assert sglang.speculation(None, None)["algorithm"] == "unknown"
+    # A foreign server's /server_info without SGLang's field is not read as plain decoding.
+    assert sglang.speculation({"version": "1.0"}, None)["algorithm"] == "unknown"
 
 
 @pytest.mark.parametrize(("mode", "info", "ok"), [
