@@ -229,9 +229,8 @@ BYSTANDER=$!
 cleanup() { kill "$BYSTANDER" 2>/dev/null || true; }
 trap cleanup EXIT
 
-bench_vars() {  # bench_vars MODE: bench.yml's extra vars as JSON
-    printf '{"mode":"%s","engine":"sglang","run_id":"cpu-check","results_dir":"%s","specbench_node_dir":"%s","specbench_emulator_device_dir":"%s/emulated-dev","gpu_backend":"emulated","gpu_device_glob":"%s/emulated-dev/nvidia*","bench_api":"chat","bench_concurrency":[1,4],"bench_warmup_s":3,"bench_window_s":10,"bench_input_len":64,"bench_output_len":64,"bench_request_timeout_s":300,"sglang_python":"%s","sglang_model_path":"%s/tiny","sglang_server_standalone_draft_model_path":"%s/tiny-draft","sglang_server_port":%s,"sglang_server_tp_size":1,"sglang_server_context_length":1024,"sglang_server_mem_fraction_static":0.3,"sglang_server_max_running_requests":16,"sglang_server_cuda_graph_max_bs":16,"sglang_server_chunked_prefill_size":1024,"sglang_server_ready_timeout":600,"sglang_server_environment":{"SGLANG_USE_CPU_ENGINE":"1","HF_HUB_OFFLINE":"1"},"sglang_server_extra_args":["--device","cpu","--dtype","bfloat16","--attention-backend","intel_amx","--disable-overlap-schedule","--max-total-tokens","32768"]}' \
-        "$1" "$WORK/results" "$NODE" "$NODE" "$NODE" "$LAUNCHER" "$MODELS" "$MODELS" "$PORT"
+bench_vars() {  # bench_vars MODE: bench.yml's extra vars as JSON (cpu_vars.py)
+    "$VENV/bin/python" "$HERE/cpu_vars.py" "$1" "$WORK" "$MODELS" "$PORT" "$LAUNCHER"
 }
 STATUS=0
 PARTS=""

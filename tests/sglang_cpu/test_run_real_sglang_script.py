@@ -193,3 +193,30 @@ def test_the_fidelity_diff_holds_the_emulator_to_sglangs_source(emulator, capsys
         "spec_block_accept_length", "spec_cap_length", "spec_cap_lens_histogram"}
     assert rows["readiness log lines"]["verdict"] == "same"
     assert "5 items, 4 same, 1 differ, 0 on one side only" in capsys.readouterr().out
+
+
+def test_the_scripts_launch_settings_pass_sglangs_own_parser_in_check_mode(tmp_path):
+    """The settings run_real_sglang.sh launches with (cpu_vars.py: the flags of issue 40, no GPU),
+    through bench.yml --check with engine=sglang and SGLang 0.5.23's interpreter (.venv-sglang): the
+    role renders the standalone mode's command and checks every flag against SGLang's real parser.
+    Nothing is launched; the model folders are stand-ins (only their files are checked). A bad flag
+    fails this same check (tests/sglang_parser). About 20 s."""
+    why = kit.wait_for_venv("sglang", SGLANG_PYTHON)
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    import cpu_vars
+
+    for name in ("tiny", "tiny-draft"):
+        folder = tmp_path / "models" / name
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+        (folder / "model.safetensors").write_text("")
+    extra = cpu_vars.cpu_vars("standalone", str(tmp_path), str(tmp_path / "models"), kit.free_port(),
+                              str(SGLANG_PYTHON))
+    playbook = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or "ansible-playbook"
+    done = subprocess.run([playbook, "bench.yml", "--check", "-e", json.dumps(extra)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600, check=False, env={**os.environ, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "Check every flag against the node's SGLang" in done.stdout
