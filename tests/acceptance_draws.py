@@ -36,14 +36,16 @@ def verify_steps(q_eff: float, steps: int, tokens: int) -> tuple[float, float]:
 def accept_length_band(level: dict, truth: dict, output_len: int, z: float = 4.5) -> tuple[float, float, int]:
     """The accept length a sweep level's source must read, and how far it may sit from it: each
     request yields ``output_len`` tokens (the first from its prefill) over its verify steps, and the
-    source sums both over the n requests it covers (the native API names n; the engine's counters
+    source sums both over the n requests it covers (a per-request source names n; the engine's counters
     cover the requests finished between the client's two /metrics reads inside the window, at least
     the server's tokens over those reads / output_len, which makes the band no narrower than it
     should be). ``z`` standard errors of the ratio of those sums (4.5: a one-in-150,000 miss).
     ``truth`` is the emulator's GET /emulator/analytic for the level (accept_q_eff, draft_steps)."""
     mean_v, sd_v = verify_steps(truth["accept_q_eff"], truth["draft_steps"], output_len - 1)
     source = level["accept_length_source"]
-    if source.startswith("/generate per request"):
+    if " per request:" in source and "requests finished in the window" in source:
+        # Per request (the native API's spec_verify_ct, SGLang's sglext.spec_tokens_details on chat and
+        # completions): the source names the requests it sums over.
         n = int(source.split("over the ")[1].split(" requests")[0])
     else:
         n = int(level["server_count_check"]["server_tokens"] // output_len)

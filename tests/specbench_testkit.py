@@ -81,7 +81,8 @@ def wait_for_venv(name: str, python: Path, timeout: float = VENV_BUILD_TIMEOUT_S
 # ---------------------------------------------------------------------------------------------
 # The units (schedule_unit) that need an engine's venv, and which: the scheduler holds them back
 # while .ci/run still builds it (tests/conftest.py).
-UNIT_VENVS = {"tests/vllm/": "vllm", "tests/sglang_parser/test_sglang_parser.py": "sglang"}
+UNIT_VENVS = {"tests/vllm/": "vllm", "tests/sglang_parser/test_sglang_parser.py": "sglang",
+              "tests/sglang_cpu/test_run_real_sglang_script.py": "sglang"}
 
 
 def first_ready_unit(units) -> str | None:

@@ -77,6 +77,42 @@ class Sink:
         return []
 
 
+def spec_details(req: Request, spec) -> dict:
+    """A finished request's speculative figures as SGLang 0.5.23 puts them in meta_info
+    (srt/managers/tokenizer_manager.py, _calculate_spec_decoding_metrics: only once the request
+    has finished, only under speculation, only after a verify step; proposed drafts count the
+    server's draft tokens less the bonus one, the accept length divides every output token,
+    the prefill's first included). The OpenAI APIs return the same as
+    sglext.spec_tokens_details (srt/entrypoints/openai/utils.py, spec_tokens_details_from_meta_info)."""
+    if not spec or not req.verify_ct:
+        return {}
+    proposed = req.verify_ct * (spec.num_draft_tokens - 1)
+    correct = req.spec_accepted - req.verify_ct
+    out = {"spec_verify_ct": req.verify_ct, "spec_num_correct_drafts": correct}
+    if proposed > 0:
+        out.update(spec_accept_rate=correct / proposed, spec_accept_length=len(req.generated) / req.verify_ct,
+                   spec_num_proposed_drafts=proposed)
+    if req.spec_hist:
+        out["spec_correct_drafts_histogram"] = list(req.spec_hist)
+    return out
+
+
+def spec_tokens_details(req: Request, spec) -> dict | None:
+    """sglext.spec_tokens_details (srt/entrypoints/openai/protocol.py, SpecTokensDetails: every
+    field, zero or empty where meta_info had none); None without speculative figures."""
+    found = spec_details(req, spec)
+    if not found:
+        return None
+    return {"spec_accept_rate": found.get("spec_accept_rate") or 0.0,
+            "spec_accept_length": found.get("spec_accept_length") or 0.0,
+            "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": found.get("spec_num_correct_drafts") or 0,
+            "spec_num_proposed_drafts": found.get("spec_num_proposed_drafts") or 0,
+            "spec_verify_ct": found["spec_verify_ct"],
+            "spec_correct_drafts_histogram": found.get("spec_correct_drafts_histogram") or [],
+            "spec_cap_lens_histogram": []}
+
+
 class OpenAISink(Sink):
     def __init__(self, resp, stream, model_name, chat, include_usage, prompt_tokens):
         super().__init__(resp, stream)
@@ -89,6 +125,8 @@ class OpenAISink(Sink):
         self.sent_role = False
         self.continuous = False  # stream_options.continuous_usage_stats: usage in every chunk
         self.return_token_ids = False  # return_token_ids: the output's ids in the unstreamed answer
+        # return_spec_tokens_details: the engine's speculative settings, else None
+        self.spec_details_of = None
 
     def _envelope(self, choice: dict) -> dict:
         return {
@@ -132,6 +170,11 @@ class OpenAISink(Sink):
         out = [self._envelope(last)]
         if self.continuous:
             out[0]["usage"] = self.usage(req)
+        details = spec_tokens_details(req, self.spec_details_of) if self.spec_details_of else None
+        if details:
+            # After the finish chunk, before the usage chunk: one chunk with no choices and the
+            # response-level sglext (serving_chat.py and serving_completions.py, the stream's end).
+            out.append(dict(self._envelope(last), choices=[], sglext={"spec_tokens_details": details}))
         if self.include_usage:
             out.append(dict(self._envelope(last), choices=[], usage=self.usage(req)))
         return out
@@ -152,7 +195,7 @@ class OpenAISink(Sink):
             # srt/entrypoints/openai/serving_chat.py: choices[].response_token_ids (chat);
             # serving_completions.py: choices[].token_ids (completions)
             choice["response_token_ids" if self.chat else "token_ids"] = list(req.generated)
-        return {
+        out = {
             "id": self.id,
             "object": "chat.completion" if self.chat else "text_completion",
             "created": self.created,
@@ -160,6 +203,10 @@ class OpenAISink(Sink):
             "choices": [choice],
             "usage": self.usage(req),
         }
+        details = spec_tokens_details(req, self.spec_details_of) if self.spec_details_of else None
+        if details:  # serving_chat.py / serving_completions.py: sglext at the response level
+            out["sglext"] = {"spec_tokens_details": details}
+        return out
 
 
 class NativeSink(Sink):
@@ -177,13 +224,9 @@ class NativeSink(Sink):
             "completion_tokens": n,
             "cached_tokens": 0,
         }
-        if self.spec:
-            info["spec_verify_ct"] = req.verify_ct
-            if req.verify_ct:
-                # The prefill's first token is not a verify step: SGLang divides all tokens.
-                info["spec_accept_length"] = n / req.verify_ct
-                info["spec_accept_rate"] = (req.spec_accepted - req.verify_ct) / (req.verify_ct * self.spec.num_steps)
         if final:
+            # The speculative figures come with the finished request only (spec_details).
+            info.update(spec_details(req, self.spec))
             if req.finish_reason == "length":
                 info["finish_reason"] = {"type": "length", "length": req.max_new}
             else:
@@ -511,6 +554,8 @@ class Api:
         sink = OpenAISink(resp, stream, body.get("model") or self.model_name, chat, include_usage, prompt_tokens)
         sink.continuous = bool(opts.get("continuous_usage_stats"))
         sink.return_token_ids = bool(body.get("return_token_ids"))
+        if body.get("return_spec_tokens_details"):
+            sink.spec_details_of = self.engine.spec
         prompt = json.dumps(body.get("messages") if chat else body.get("prompt"), sort_keys=True)
         await self._run(resp, sink, prompt_tokens, max_new, bool(body.get("ignore_eos", False)), sink.full, prompt,
                         text)

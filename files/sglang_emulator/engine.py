@@ -59,6 +59,7 @@ class Request:
         "rid",
         "sink",
         "spec_accepted",
+        "spec_hist",
         "stop_at",
         "tokens",
         "verify_ct",
@@ -73,6 +74,7 @@ class Request:
         self.generated: list[int] = []
         self.verify_ct = 0
         self.spec_accepted = 0
+        self.spec_hist: list[int] = []  # verify steps by draft tokens accepted (bonus excluded)
         self.created = time.monotonic()
         self.first_token_at = None
         self.finished_at = None
@@ -288,6 +290,11 @@ class Engine:
                     gained = model.draw_accept(self.rng, req.q_eff, steps)
                     req.verify_ct += 1
                     req.spec_accepted += gained
+                    # Req.update_spec_correct_drafts_histogram (srt/managers/schedule_batch.py)
+                    hist = req.spec_hist
+                    if len(hist) < gained:
+                        hist.extend([0] * (gained - len(hist)))
+                    hist[gained - 1] += 1
                     self.spec_tokens[req.rank] += gained
                     self.spec_verify[req.rank] += 1
                     accepted += gained - 1

@@ -20,7 +20,9 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
     DEFAULTS,
     SettingsError,
+    check_mode_against_server,
     describe_plan,
+    describe_running,
     format_level_line,
     load_prompts,
     normalize_settings,
@@ -217,11 +219,25 @@ class ActionModule(ActionBase):
             doc["server"] = redact(dict(server_fact, **server), secrets)
             settings = dict(settings, model=server.get("model") or settings["model"])
             doc["settings"] = public_settings(settings)
-            spec = server.get("speculative_algorithm")
+            spec = server.get("speculation") or {}
+            running = describe_running(spec) if spec.get("algorithm") != "unknown" else None
+            if engine == "external":
+                # A server specbench did not launch: the mode is only a name; hold it against what the
+                # server says it runs before measuring (a launched server had its post-launch check).
+                check = check_mode_against_server(mode, dict(server, base_url=settings["base_url"]))
+                doc["mode_check"] = check
+                if not check["ok"]:
+                    error = f"cannot benchmark the server as mode {mode}: {check['message']}"
+                    finish("failed", error)
+                    result.update(failed=True, msg=f"{error} (recorded in {results_file})", results_file=results_file,
+                                  mode_check=check)
+                    return result
+                if check["message"]:
+                    self._display.warning(f"{host}: {check['message']}")
             self._display.display(
                 f"{host} | bench_sweep {mode}: levels {settings['concurrency']} against {settings['base_url']} "
                 f"(model {server.get('model')}, {settings['api']} API"
-                + (f", speculative {spec}" if spec else "") + f"); results in {results_file}")
+                + (f", server runs {running}" if running else "") + f"); results in {results_file}")
             if match[0]:
                 doc["output_match"] = self._output_match(probe, match, host, mode)
                 save()
@@ -257,7 +273,8 @@ class ActionModule(ActionBase):
             "status": doc["status"],
             "error": doc["error"],
             "settings": doc["settings"],
-            "server": {k: doc["server"].get(k) for k in ("base_url", "model", "version", "speculative_algorithm")},
+            "server": {k: doc["server"].get(k) for k in ("base_url", "model", "version", "speculative_algorithm",
+                                                          "speculation")},
             "levels": doc["levels"],
         }
         result.update(changed=True, results_file=results_file, levels=doc["levels"], status=doc["status"],

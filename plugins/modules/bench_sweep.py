@@ -269,6 +269,12 @@ server:
     speculative_algorithm:
       description: Speculative algorithm in use, or null.
       type: str
+    speculation:
+      description:
+        - What the server runs, read for the mode check of an external server - C(algorithm) (null for plain
+          decoding, C(unknown) when the server does not say), on SGLang C(adaptive), C(num_steps), C(eagle_topk)
+          and C(num_draft_tokens) from the resolved C(/server_info), on vLLM C(num_draft_tokens), and C(source).
+      type: dict
     metrics_available:
       description: Whether C(/metrics) answers with SGLang or vLLM metrics.
       type: bool

@@ -137,6 +137,7 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
     keyed = emulator("--tp-size", "8", "--api-key", KEY, time_scale=0.05)
     crashing = emulator("--tp-size", "8", "--emulator-crash-after", str(after_level1 + 3), time_scale=0.05)
     shared = emulator("--tp-size", "8", time_scale=0.05)
+    ngram = emulator("--tp-size", "8", "--speculative-algorithm", "NGRAM", time_scale=0.05)
     failing = fault_proxy(shared.port, "fail", after_level1)
     malformed = fault_proxy(shared.port, "malformed", after_level1)
     stalled = fault_proxy(shared.port, "stall", after_level1)
@@ -150,6 +151,9 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
                     "bench_concurrency": [1, 2, 3]},
         "malformed": {**count, "base_url": malformed.base_url},
         "stalled": {**count, "base_url": stalled.base_url},
+        # The mode held against what the server runs (issue 36, item 7): refused at the probe, both named.
+        "notspec": {**count, "base_url": shared.base_url, "mode": "eagle3"},
+        "notplain": {**count, "base_url": ngram.base_url},
     }
     run = run_playbook(tmp_path, hosts)
     failed = run.failures()
@@ -163,6 +167,16 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
     check_probe_failure("unreachable", "connection refused: nothing listens at 127.0.0.1")
     check_probe_failure("badkey", "answered 401 Unauthorized to GET /v1/models: the API key is wrong")
     check_probe_failure("nomodel", "does not serve model 'no/such-model'; it serves 'test/model'")
+    for host, mode, text in (
+            ("notspec", "eagle3", f"mode eagle3 asks for EAGLE3 with a fixed step count, but {shared.base_url} runs "
+                                  "plain decoding (from /server_info (resolved server arguments)): its results would "
+                                  "be filed under the wrong mode. Benchmark it as -e mode=baseline"),
+            ("notplain", "baseline", f"mode baseline asks for plain decoding, but {ngram.base_url} runs NGRAM")):
+        assert text in failed[host], failed[host]
+        doc = run.results(host, mode)
+        assert doc["status"] == "failed" and text in doc["error"] and doc["levels"] == []
+        assert doc["mode_check"]["ok"] is False and doc["mode_check"]["checked"] is True
+    assert "-e mode=ngram" in failed["notplain"]
 
     def check_stopped(host: str, kinds: set, text: str) -> dict:
         doc = run.results(host, "baseline")

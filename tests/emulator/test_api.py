@@ -122,6 +122,35 @@ def test_generate_native_meta_info_in_speculative_mode(emulator):
     assert meta["e2e_latency"] > 0
     assert 1 <= meta["spec_accept_length"] <= 4
     assert meta["spec_accept_length"] == pytest.approx(64 / meta["spec_verify_ct"])
+    # As 0.5.23 (srt/managers/tokenizer_manager.py, _calculate_spec_decoding_metrics): the figures come
+    # with the finished request only, proposed drafts are verify steps x (draft tokens - 1), and the
+    # histogram counts verify steps by drafts accepted.
+    assert all("spec_verify_ct" not in e["meta_info"] for e in events[:-2])
+    assert meta["spec_num_proposed_drafts"] == 3 * meta["spec_verify_ct"]
+    assert sum(meta["spec_correct_drafts_histogram"]) == meta["spec_verify_ct"]
+    assert meta["spec_num_correct_drafts"] == sum(i * n for i, n in enumerate(meta["spec_correct_drafts_histogram"]))
+    # The OpenAI APIs with return_spec_tokens_details: sglext.spec_tokens_details (every SpecTokensDetails
+    # field, srt/entrypoints/openai/protocol.py) in a chunk with no choices between the finish chunk
+    # and the usage chunk when streamed (serving_chat.py, serving_completions.py), at the response's top
+    # level when not; nothing unasked.
+    fields = {"spec_accept_rate", "spec_accept_length", "spec_cap_length", "spec_block_accept_length",
+              "spec_num_correct_drafts", "spec_num_proposed_drafts", "spec_verify_ct",
+              "spec_correct_drafts_histogram", "spec_cap_lens_histogram"}
+    for path, prompt in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "w " * 16}]}),
+                         ("/v1/completions", {"prompt": "w " * 16})):
+        body = {"model": "m", "max_tokens": 32, "ignore_eos": True, "return_spec_tokens_details": True, **prompt}
+        chunks = sse_events(http("POST", emu.base_url + path,
+                                 {**body, "stream": True, "stream_options": {"include_usage": True}})[2])
+        ext, usage = chunks[-3], chunks[-2]
+        assert chunks[-4]["choices"][0]["finish_reason"] == "length" and ext["choices"] == [] and usage["usage"]
+        details = ext["sglext"]["spec_tokens_details"]
+        assert set(details) == fields and details["spec_verify_ct"] > 0
+        assert details["spec_accept_length"] == pytest.approx(32 / details["spec_verify_ct"])
+        assert all("sglext" not in e for e in chunks[:-3] + chunks[-2:-1])
+        whole = json.loads(http("POST", emu.base_url + path, body)[2])
+        assert set(whole["sglext"]["spec_tokens_details"]) == fields
+        unasked = json.loads(http("POST", emu.base_url + path, dict(body, return_spec_tokens_details=False))[2])
+        assert "sglext" not in unasked
     # Cumulative text: each chunk extends the one before; a chunk can carry several tokens.
     counts = [e["meta_info"]["completion_tokens"] for e in events[:-1]]
     assert counts == sorted(counts) and max(b - a for a, b in zip(counts, counts[1:], strict=False)) > 1

@@ -1,7 +1,8 @@
 """Per-category acceptance in the emulator: each profile gives every category of the built-in
 prompt set its own acceptance, and the emulator learns a request's category from its prompt
 text only (profiles.category_of), as a real server would have to. One short client run on the
-native API shows the per-category accept lengths it reports."""
+default chat API shows the per-category accept lengths it reports, from each request's
+sglext.spec_tokens_details (asked for with return_spec_tokens_details, as SGLang 0.5.23 serves it)."""
 
 from __future__ import annotations
 
@@ -42,13 +43,15 @@ def test_per_category_accept_length_from_the_emulator(emulator, tmp_path):
                    "--speculative-draft-model-path", "test/draft", "--speculative-num-steps", "3",
                    "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
     out = tmp_path / "out.json"
-    subprocess.run([*CLIENT, "--base-url", emu.base_url, "--api", "native",
+    subprocess.run([*CLIENT, "--base-url", emu.base_url, "--api", "chat",
                     "--concurrency", "6", "--warmup-s", "1", "--window-s", "2", "--output-len", "32",
                     "--prompts-file", "builtin", "--output", str(out)],
                    cwd=str(ps.__file__).rsplit("/specbench_client/", 1)[0], check=True, capture_output=True,
                    timeout=120)
     level = json.loads(out.read_text())["levels"][0]
     cats = {c["category"]: c for c in level["categories"]}
+    assert "sglext.spec_tokens_details.spec_verify_ct per request" in level["categories_source"]
+    assert level["accept_length_source"].startswith("chat API per request: sum(completion_tokens) / sum(spec_verify_ct)")
     assert set(cats) == set(CATEGORY_OPENINGS)
     assert abs(sum(c["throughput_share"] for c in cats.values()) - 1) < 1e-3  # shares rounded to 4 digits
     for name, cat in cats.items():

@@ -13,7 +13,8 @@ def test_every_vllm_file_is_one_unit_and_every_other_file_its_own():
 
 def test_a_unit_whose_venv_is_being_built_waits_and_goes_first_once_it_is_built(tmp_path, monkeypatch):
     units = ["tests/vllm/", "tests/sglang_parser/test_sglang_parser.py", "tests/compare/test_maths.py"]
-    assert set(UNIT_VENVS) == {"tests/vllm/", "tests/sglang_parser/test_sglang_parser.py"}
+    assert set(UNIT_VENVS) == {"tests/vllm/", "tests/sglang_parser/test_sglang_parser.py",
+                               "tests/sglang_cpu/test_run_real_sglang_script.py"}
     # No build beside the tests (a developer's run): the queue's order.
     monkeypatch.delenv("SPECBENCH_VENV_STATUS", raising=False)
     assert first_ready_unit(units) == "tests/vllm/"

@@ -35,3 +35,26 @@ def test_levels_name_their_accept_length_and_token_count_sources(vllm_pool, name
         assert level["accept_length_source"].startswith("/metrics spec_decode counters"), level
         assert level["token_count_source"].startswith("usage in every chunk"), level
         assert "server_count_check" not in level  # vLLM counts every step: the rate is compared
+
+
+def test_the_probe_reads_what_real_vllm_runs_and_the_mode_check_holds_it(vllm_pool):
+    """Issue 36, item 7, on the pool's real servers (no launch of its own): each mode's probe read
+    whether the server drafts and how many tokens from /metrics alone (vllm:spec_decode_* exist only
+    with speculation on; the per-position counter has one child per draft token, registered at start:
+    vllm/v1/spec_decode/metrics.py), and the mode check, run as bench.yml runs it against an external
+    server, refuses plain decoding filed as a speculative mode and the reverse, naming both. The method
+    itself is not served without VLLM_SERVER_DEV_MODE=1: n-gram and draft model read alike, said so."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client import modecheck
+
+    servers = {mode: vllm_pool("compare").run.mode_results("localhost", mode)["server"]
+               for mode in ("baseline", "ngram", "draft")}
+    assert servers["baseline"]["speculation"]["algorithm"] is None
+    for mode in ("ngram", "draft"):
+        spec = servers[mode]["speculation"]
+        assert spec["algorithm"] == modecheck.METHOD_NOT_SERVED and spec["num_draft_tokens"] == 4, spec
+    for asked in ("baseline", "ngram", "draft"):
+        for running, server in servers.items():
+            out = modecheck.check(asked, server)
+            assert out["checked"] and out["ok"] is ((asked == "baseline") == (running == "baseline")), (asked, out)
+            if not out["ok"]:
+                assert f"mode {asked} asks for" in out["message"] and "runs " in out["message"]

@@ -36,7 +36,9 @@ How a level is measured
   SGLang and vLLM honour), else the words of each delta scaled so a request's total equals the
   server's ``usage.completion_tokens``; ``token_count_source`` says which.
 * Accept length (``accept_length_source`` says which): sum(completion_tokens) /
-  sum(spec_verify_ct) of /generate over the requests finished in the window, else the engine's
+  sum(spec_verify_ct) over the requests finished in the window, per request from /generate or,
+  on SGLang's chat and completions APIs, from ``sglext.spec_tokens_details`` (asked for with
+  ``return_spec_tokens_details``), else the engine's
   counters over the window (/metrics), else ``/server_info`` over every DP rank after a
   ``/flush_cache`` before the level. Server-side running and queued requests, and the server's
   own generated-token counter over the window, from ``/metrics`` when it exists (a client
@@ -63,6 +65,7 @@ Layout (each file one concern)
 * server.py: probe, cache flush, accept length, the /metrics poller.
 * level.py: one level (worker processes, repeats); summary.py and stats.py: its figures.
 * sweep.py: the one loop over the levels, progress lines, redaction, results files.
+* modecheck.py: the mode a run is filed under held against what the server runs.
 * output_match.py: the fixed greedy prompts sent before the sweep, their output token ids kept.
 """
 from __future__ import annotations
@@ -71,6 +74,8 @@ from .apis import APIS
 from .cli import build_parser, main
 from .http1 import BODY, CONNECTING, HEAD, IDLE, SENDING, Stream
 from .level import ensure_fd_limit, resolve_workers, run_level, run_once
+from .modecheck import check as check_mode_against_server
+from .modecheck import describe_running
 from .output_match import collect_outputs
 from .request import Req, RequestFactory, synth_prompt
 from .server import MetricsPoller, flush_cache, http_call, parse_metrics, probe_server, server_accept_length
@@ -96,7 +101,8 @@ from .worker import Worker, snap
 __all__ = [
     "APIS", "BODY", "CONNECTING", "DEFAULTS", "DEFAULT_LEVELS", "HEAD", "IDLE", "MAX_CONCURRENCY", "SENDING",
     "MetricsPoller", "Req", "RequestFactory", "ServerError", "SettingsError", "Stream", "Worker", "__version__",
-    "build_parser", "collect_outputs", "describe_failures", "describe_plan", "ensure_fd_limit", "flush_cache",
+    "build_parser", "check_mode_against_server", "collect_outputs", "describe_running", "describe_failures",
+    "describe_plan", "ensure_fd_limit", "flush_cache",
     "format_level_line",
     "http_call", "load_prompts", "main", "mean_ci95", "normalize_settings", "parse_base_url", "parse_levels",
     "parse_metrics", "percentile", "probe_server", "public_settings", "redact", "resolve_workers", "run_level",

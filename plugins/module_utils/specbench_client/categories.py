@@ -45,10 +45,8 @@ def category_source(settings: dict, engine, spec: bool, per_category: list[dict]
     """Where the per-category figures came from (``categories_source``)."""
     if settings["api"] == "native":
         per_request = "/generate meta_info.spec_verify_ct per request (SGLang)"
-    elif engine.NAME == "vllm":
-        per_request = "metrics.speculative_decoding per request (vLLM --per-request-spec-decode-metrics)"
     else:
-        per_request = f"none: {engine.NAME} gives per-request verify steps on its native API only"
+        per_request = engine.SPEC_REQUEST_SOURCE
     return (
         "requests finished in the window, by their prompt's category; accept length per category from "
         + per_request

@@ -67,8 +67,10 @@ def calibrate_prompt_words(settings: dict, engine, model: str) -> dict | None:
     API), from the engine's tokenize endpoint: the template's tokens, then each VOCAB word's
     tokens (a byte-level BPE splits words apart first, so a prompt's count is their sum), then a
     check on synthesized prompts. None when the engine has no tokenize endpoint or the prompts
-    are given."""
-    if not engine.TOKENIZE_PATH or settings.get("prompts") or settings["api"] == "native":
+    are given. The native API's /generate ``text`` is tokenized as the completions API's prompt
+    (no template), so it is sized the same way: unsized, its prompts held about twice the asked
+    tokens on a real tokenizer (the synthesized words are several tokens each)."""
+    if not engine.TOKENIZE_PATH or settings.get("prompts"):
         return None
     target = settings["input_len"]
 
@@ -341,19 +343,25 @@ def accept_length_of(raws: list[dict], level: dict, settings: dict, engine, spec
         level.pop(key, None)
     if not spec:
         return out
+    # Per request, each verify step counted with the tokens it gave: /generate's spec_verify_ct, or on
+    # SGLang's OpenAI APIs sglext.spec_tokens_details (asked for with engine.SPEC_REQUEST_FIELDS).
+    per_request = None
     if settings["api"] == "native":
+        per_request = "/generate per request: sum(completion_tokens) / sum(spec_verify_ct)"
+    elif engine.SPEC_REQUEST_FIELDS:
+        per_request = (f"{settings['api']} API per request: sum(completion_tokens) / sum(spec_verify_ct) of "
+                       "sglext.spec_tokens_details")
+    if per_request:
         count, tokens, verify = finished_in_window(raws)
         if verify > 0:
             out["accept_length"] = round(tokens / verify, 4)
-            out["accept_length_source"] = (f"/generate per request: sum(completion_tokens) / sum(spec_verify_ct) over "
-                                           f"the {count} requests finished in the window")
+            out["accept_length_source"] = f"{per_request} over the {count} requests finished in the window"
             return out
         tokens = sum(r["spec_ct"] for r in raws)
         verify = sum(r["spec_verify"] for r in raws)
         if verify > 0:  # no request finished inside the window: those sent in it, finished after
             out["accept_length"] = round(tokens / verify, 4)
-            out["accept_length_source"] = ("/generate per request: sum(completion_tokens) / sum(spec_verify_ct) over "
-                                           "the requests sent in the window (none finished inside it)")
+            out["accept_length_source"] = f"{per_request} over the requests sent in the window (none finished inside it)"
             return out
     counted = [r["metrics"]["accept_length"] for r in raws if (r.get("metrics") or {}).get("accept_length")]
     if counted:
@@ -399,7 +407,7 @@ def token_counts_of(raws: list[dict], level: dict, settings: dict, engine, calib
                 "are estimates")
     else:
         out["token_count_source"] = None
-    if engine.TOKENIZE_PATH and not calibration and settings["api"] != "native" and not settings.get("prompts"):
+    if engine.TOKENIZE_PATH and not calibration and not settings.get("prompts"):
         level["warnings"].append(f"the server did not answer POST {engine.TOKENIZE_PATH}: prompts are sized in "
                                  "words, not in its tokens (input_tokens_mean says what they held)")
         out["prompt_calibration"] = None
@@ -416,6 +424,8 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     level: dict = {"concurrency": concurrency, "api": settings["api"], "error": None, "warnings": []}
     if engine.STREAM_OPTIONS:
         settings["_stream_options"] = engine.STREAM_OPTIONS
+    if spec and engine.SPEC_REQUEST_FIELDS:
+        settings["_spec_request_fields"] = engine.SPEC_REQUEST_FIELDS
     settings["_rate_tolerance"] = engine.RATE_TOLERANCE
     settings["_generated_on_finish"] = engine.GENERATED_ON_FINISH
     raws = []

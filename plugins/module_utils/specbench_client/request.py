@@ -77,6 +77,8 @@ class RequestFactory:
         self.costs = settings.get("_word_tokens")  # each VOCAB word's tokens on the server, when calibrated
         self.budget = settings.get("_prompt_budget")
         self.stream_options = settings.get("_stream_options") if self.api != "native" else None
+        # The engine's fields for per-request speculation figures (engines/*.py SPEC_REQUEST_FIELDS).
+        self.extra_fields = settings.get("_spec_request_fields") if self.api != "native" else None
         path = self.adapter.PATH
         host_header = f"[{host}]" if ":" in host else host
         head = [f"POST {prefix}{path} HTTP/1.1", f"Host: {host_header}:{port}", "User-Agent: specbench-client/"
@@ -116,6 +118,8 @@ class RequestFactory:
         out = self.adapter.body(self.model, prompt, output_len)
         if self.stream_options:
             out["stream_options"] = dict(out.get("stream_options") or {}, **self.stream_options)
+        if self.extra_fields:
+            out.update(self.extra_fields)
         return out
 
     def build(self, key: str, index: int, output_len: int) -> bytes:

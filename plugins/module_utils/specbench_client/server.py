@@ -102,6 +102,13 @@ def probe_server(settings: dict) -> dict:
     server = {"base_url": url, "model": model, "models": models}
     server.update((key, described.get(key)) for key in engines.DESCRIBED)
     server.update(server_info=info, metrics_available=metrics, info_path=info_path)
+    if found is not None:
+        config = None
+        if found.SPEC_CONFIG_PATH:
+            status_c, data_c = http_call(settings, "GET", found.SPEC_CONFIG_PATH)
+            config = json_or_none(data_c) if status_c == 200 else None
+        # What the server runs, for the mode check (specbench_client/modecheck.py)
+        server["speculation"] = found.speculation(info, data_m if status_m == 200 else None, config)
     if found is not None and found is not engines.DEFAULT:
         # Another engine than SGLang (the default): named so the level uses its adapter.
         server["engine"] = found.NAME

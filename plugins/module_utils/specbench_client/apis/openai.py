@@ -63,4 +63,14 @@ def handle_event(req, obj: dict, t: float, text_of) -> bool:
     if isinstance(spec, dict) and isinstance(spec.get("num_spec_steps"), int):
         req.verify = spec["num_spec_steps"]
         req.accepted = spec.get("num_accepted_draft_tokens") or 0
+    # SGLang asked for return_spec_tokens_details: a chunk with no choices after the finish chunk
+    # carries the request's verify steps (srt/entrypoints/openai/serving_chat.py and
+    # serving_completions.py; SglExt and SpecTokensDetails in protocol.py; a list when n > 1). Its
+    # accept length is then the output's tokens over them, as on /generate.
+    ext = obj.get("sglext")
+    details = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+    if isinstance(details, list):
+        details = details[0] if details else None
+    if isinstance(details, dict) and isinstance(details.get("spec_verify_ct"), int) and details["spec_verify_ct"] > 0:
+        req.verify = details["spec_verify_ct"]
     return True

@@ -38,6 +38,14 @@ TOKENIZE_PATH = "/tokenize"
 # should_include_usage; serving_chat.py, serving_completions.py).
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 RATE_TOLERANCE = 0.02  # exact per-chunk counts: warn when client and server differ by more
+# Added to the OpenAI APIs' body of a speculative server: the finished request's verify steps come back
+# as sglext.spec_tokens_details.spec_verify_ct, in a chunk with no choices after the finish chunk
+# (srt/entrypoints/openai/protocol.py, return_spec_tokens_details, SglExt, SpecTokensDetails;
+# serving_chat.py and serving_completions.py; the figures are meta_info's, set when the request
+# finishes: srt/managers/tokenizer_manager.py, _calculate_spec_decoding_metrics).
+SPEC_REQUEST_FIELDS = {"return_spec_tokens_details": True}
+# Where the OpenAI APIs' per-request verify steps come from, for the results' source texts.
+SPEC_REQUEST_SOURCE = "sglext.spec_tokens_details.spec_verify_ct per request (return_spec_tokens_details)"
 
 
 def describe(info: dict) -> dict:
@@ -48,6 +56,32 @@ def describe(info: dict) -> dict:
         "speculative_algorithm": info.get("speculative_algorithm"),
         "max_running_requests": info.get("max_running_requests"),
     }
+
+
+# The resolved speculative settings /server_info reports at its top level (ServerArgs.resolved_dict
+# through build_server_info in srt/utils/common.py; NEXTN is already resolved to EAGLE there,
+# srt/arg_groups/speculative_hook.py).
+SPECULATION_FIELDS = ("speculative_algorithm", "speculative_adaptive", "speculative_num_steps",
+                      "speculative_eagle_topk", "speculative_num_draft_tokens")
+SPEC_CONFIG_PATH = None  # /server_info (INFO_PATH) holds it
+
+
+def speculation(info, metrics: bytes | None, config=None) -> dict:
+    """What the server runs: {"algorithm" (None: plain decoding), "adaptive", "num_steps", "eagle_topk",
+    "num_draft_tokens", "source"}, from /server_info's resolved fields; "algorithm" is "unknown" when the
+    server gave no description."""
+    del metrics, config
+    if not isinstance(info, dict):
+        return {"algorithm": "unknown", "source": None}
+    if "speculative_algorithm" not in info:  # not SGLang's server arguments: a foreign server's /server_info
+        return {"algorithm": "unknown", "source": "/server_info without speculative_algorithm"}
+    algo = info.get("speculative_algorithm")
+    out = {"algorithm": str(algo).upper() if algo else None, "source": "/server_info (resolved server arguments)"}
+    if algo:
+        out.update(adaptive=bool(info.get("speculative_adaptive")), num_steps=info.get("speculative_num_steps"),
+                   eagle_topk=info.get("speculative_eagle_topk"),
+                   num_draft_tokens=info.get("speculative_num_draft_tokens"))
+    return out
 
 
 def recognise(info: dict) -> bool:

@@ -1,0 +1,38 @@
+"""bench.yml's extra vars for a real SGLang 0.5.23 on this machine's CPU (issue 40), as JSON:
+engine=sglang, SGLANG_USE_CPU_ENGINE=1, bf16, --device cpu, --attention-backend intel_amx (kept by
+launch_cpu.py on a CPU without AMX), --disable-overlap-schedule, 0.3 of memory and 32768 tokens of
+KV cache; no GPU: the sglang_server preflight reads none and the teardown an empty emulated device
+folder (it still kills the recorded server tree). run_real_sglang.sh runs with these; the test
+holds them against SGLang's own parser in check mode.
+
+    python3 cpu_vars.py MODE WORK MODELS PORT PYTHON
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+
+def cpu_vars(mode: str, work: str, models: str, port: int, python: str) -> dict:
+    node = f"{work}/node"
+    return {
+        "mode": mode, "engine": "sglang", "run_id": "cpu-check", "results_dir": f"{work}/results",
+        "specbench_node_dir": node, "specbench_emulator_device_dir": f"{node}/emulated-dev",
+        "gpu_backend": "emulated", "gpu_device_glob": f"{node}/emulated-dev/nvidia*",
+        "sglang_server_gpu_backend": "none",
+        "bench_api": "chat", "bench_concurrency": [1, 4], "bench_warmup_s": 3, "bench_window_s": 10,
+        "bench_input_len": 64, "bench_output_len": 64, "bench_request_timeout_s": 300,
+        "sglang_python": python, "sglang_model_path": f"{models}/tiny",
+        "sglang_server_standalone_draft_model_path": f"{models}/tiny-draft", "sglang_server_port": port,
+        "sglang_server_tp_size": 1, "sglang_server_context_length": 1024, "sglang_server_mem_fraction_static": 0.3,
+        "sglang_server_max_running_requests": 16, "sglang_server_cuda_graph_max_bs": 16,
+        "sglang_server_chunked_prefill_size": 1024, "sglang_server_ready_timeout": 600,
+        "sglang_server_environment": {"SGLANG_USE_CPU_ENGINE": "1", "HF_HUB_OFFLINE": "1"},
+        "sglang_server_extra_args": ["--device", "cpu", "--dtype", "bfloat16", "--attention-backend", "intel_amx",
+                                     "--disable-overlap-schedule", "--max-total-tokens", "32768"],
+    }
+
+
+if __name__ == "__main__":
+    mode, work, models, port, python = sys.argv[1:6]
+    print(json.dumps(cpu_vars(mode, work, models, int(port), python)))
