@@ -147,7 +147,7 @@ def scen_launch(runs: int, rng: random.Random) -> None:
 
 
 def _rule_scenario(name: str, grid: list[int], truth, runs: int, rng: random.Random) -> None:
-    table_bad = sched_bad = 0
+    table_bad = sched_bad = table_on = 0
     belows: dict = {}
     for _ in range(runs):
         comp = compare(rng, {c: truth(c) for c in grid}, half=0.03)
@@ -156,10 +156,14 @@ def _rule_scenario(name: str, grid: list[int], truth, runs: int, rng: random.Ran
         loses_at = [bs for bs in range(1, grid[-1] + 1) if truth(bs) < 1.0]
         table_bad += any(table_speculates(table, bs) for bs in loses_at)
         sched_bad += any(schedule_speculates(sched, bs) for bs in loses_at)
-        belows[comp.get("speculate_below")] = belows.get(comp.get("speculate_below"), 0) + 1
+        table_on += any(table_speculates(table, bs) for bs in range(1, grid[-1] + 1) if truth(bs) > 1.05)
+        last = [r[1] - 1 for r in comp.get("speculate_ranges") or []]
+        key = ",".join(map(str, last)) or "none"
+        belows[key] = belows.get(key, 0) + 1
     common = sorted(belows.items(), key=lambda kv: -kv[1])[:6]
     print(f"  {name}: SGLang table speculates where the truth loses {rate(table_bad, runs)}; vLLM schedule "
-          f"{rate(sched_bad, runs)}; speculate_below (value: runs) {', '.join(f'{k}: {v}' for k, v in common)}")
+          f"{rate(sched_bad, runs)}; the table speculates somewhere the truth pays 5% or more {rate(table_on, runs)}; "
+          f"the last paying level named (value: runs) {', '.join(f'{k}: {v}' for k, v in common)}")
 
 
 def scen_smooth(runs: int, rng: random.Random) -> None:

@@ -10,22 +10,23 @@ there carries the LAST range's k to every batch size above it (up to max_num_seq
 batch size means no drafting. So the schedule here always spells out every batch size from 1 to the
 server's max_num_seqs, and ends with k = 0 unless speculation clearly pays at the top.
 
-The rule (speculation never on beyond evidence): k at the batch sizes from a level that clearly
-pays through the next level when that one clearly pays too (both ends of the stretch pay); 0
-everywhere else: at levels that lose, are unclear, failed or were saturated (no evidence), from
-the batch size after a paying level when the next level does not pay (the crossover bracket's
-lower end), below the lowest level measured when it is above 1, and above the highest level
-measured. Where no level pays, no schedule: the baseline is served.
+The rule is the one speculation rule SGLang's table and the recommendation follow too
+(``verdict.paying_runs``): k at the batch sizes from a level that clearly pays (family-wise) to
+the last clearly paying level after it with no other level between; 0 everywhere else: at levels
+that lose, are unclear, not measured, failed or saturated (no evidence), from the batch size after
+the last paying level of a stretch, below the lowest level measured when it is above 1, and above
+the highest level measured. Where no level pays, no schedule: the baseline is served.
 """
 
 from __future__ import annotations
 
 from .common import BASELINE
-from .verdict import BASELINE_SERVED, PAYS
+from .verdict import BASELINE_SERVED, PAYS, paying_runs
 
-SCHEDULE_RULE = ("k from a level that clearly pays through the next one when it pays too; 0 at levels that lose, are "
-                 "unclear, failed or saturated, from the batch size after a paying level when the next does not pay "
-                 "(the crossover bracket's lower end), below the lowest and above the highest level measured")
+SCHEDULE_RULE = ("k from a level that clearly pays (family-wise) to the last clearly paying level after it, no other "
+                 "level between; 0 at levels that lose, are unclear, not measured, failed or saturated, from the batch "
+                 "size after the last paying level of a stretch, below the lowest and above the highest level measured "
+                 "(the same rule as SGLang's adaptive table)")
 
 
 def vllm_schedule(levels: list[dict], k: int, max_batch: int) -> list[list[int]] | None:
@@ -40,14 +41,9 @@ def vllm_schedule(levels: list[dict], k: int, max_batch: int) -> list[list[int]]
         raise ValueError(f"max_num_seqs must be a positive integer, got {max_batch!r}")
     rows = sorted((int(r["concurrency"]), r.get("verdict")) for r in levels if isinstance(r.get("concurrency"), int))
     per_bs = [0] * (max_batch + 1)  # index = batch size; 0 unused
-    for n, (conc, verdict) in enumerate(rows):
-        if verdict != PAYS or conc > max_batch:
-            continue
-        per_bs[conc] = k
-        nxt = rows[n + 1] if n + 1 < len(rows) else None
-        if nxt and nxt[1] == PAYS:
-            for bs in range(conc, min(nxt[0], max_batch + 1)):
-                per_bs[bs] = k
+    for first, last in paying_runs(rows):
+        for bs in range(int(first), min(int(last), max_batch) + 1):
+            per_bs[bs] = k
     if not any(per_bs):
         return None
     out: list[list[int]] = []

@@ -16,12 +16,45 @@ from .breakdown import (
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
-from .intervals import _stat, level_figures, ratio_ci
+from .intervals import _stat, family_ci, level_figures, ratio_ci
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
-from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
+from .verdict import (
+    FAILED,
+    FAMILY_ALPHA,
+    FAMILY_METHOD,
+    LOSES,
+    PAYS,
+    SATURATED,
+    UNCLEAR,
+    family_z,
+    level_failure,
+    level_saturation,
+    level_verdict,
+)
+
+
+def _family_wise(rows: list[dict]) -> int:
+    """Each level's verdict from the simultaneous interval over the comparison's levels (FAMILY_METHOD).
+
+    The family is every level with a speedup (saturated and failed levels make no claim); each gets
+    ``speedup_ci_family`` and its verdict from it; ``speedup_ci95`` stays, the level's own 95%
+    interval. Per-category verdicts are one family of their own (every category row with an
+    interval). Returns the family's size."""
+    family = [r for r in rows if r["verdict"] in (PAYS, LOSES, UNCLEAR) and r.get("speedup") is not None]
+    z = family_z(len(family))
+    for row in family:
+        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z)
+        row["speedup_ci_family"] = _rnd_pair(ci)
+        row["verdict"] = level_verdict(row["speedup"], row["speedup_ci_family"])
+    cats = [c for r in family for c in r.get("categories") or [] if c.get("speedup_ci95")]
+    z_cat = family_z(len(cats))
+    for cat in cats:
+        cat["speedup_ci_family"] = _rnd_pair(family_ci(cat["speedup"], cat["speedup_ci95"], z_cat))
+        cat["verdict"] = level_verdict(cat["speedup"], cat["speedup_ci_family"])
+    return len(family)
 
 
 def _mode_level_row(level: dict) -> dict:
@@ -95,6 +128,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
+    family_size = _family_wise(rows)
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
     rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
@@ -122,6 +156,8 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
         "categories_paying": paying_longest(rows),
+        "family": {"levels": family_size, "alpha": FAMILY_ALPHA, "z": _rnd(family_z(family_size), 3),
+                   "method": FAMILY_METHOD},
         "levels": rows,
     }
 
@@ -261,7 +297,7 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
+        "method": {"verdicts": FAMILY_METHOD, "speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
                    "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
         "output_match": matches,
         "output_match_min": output_match_min,
@@ -285,6 +321,7 @@ def summarize_host(
         "adaptive_config",
         "notes",
         "categories_paying",
+        "family",
         "levels",
     )
     for key in keys:
