@@ -196,8 +196,8 @@ def scen_traffic(runs: int, rng: random.Random) -> None:
                                               [{"concurrency": 1, "share": 0.5}, {"concurrency": 30, "share": 0.5}]),
         "curved, even mix": (lambda c: 1.4 - 0.2 * math.log(c), [{"concurrency": c, "share": 1.0} for c in SEED_LEVELS]),
     }
-    for name, (truth, mix) in mixes.items():
-        mix = cmp.parse_traffic(mix)
+    for name, (truth, given) in mixes.items():
+        mix = cmp.parse_traffic(given)
         target = tokens_truth(truth, mix)
         cover = paid = lost = n_ok = 0
         for _ in range(runs):
@@ -246,8 +246,8 @@ def scen_choice(runs: int, rng: random.Random) -> None:
     ea = {c: base_curve(c) * (1.6 if c <= 4 else 0.7) for c in grid}
     res = {"baseline": sweep(rng, "baseline", b, 0.005, 0, 1), "ngram": sweep(rng, "ngram", ng, 0.005, 0, 1),
            "eagle3": sweep(rng, "eagle3", ea, 0.005, 0, 1)}
-    for mode in res:
-        res[mode]["engine"] = "vllm"
+    for r in res.values():
+        r["engine"] = "vllm"
     res["ngram"]["server"]["speculative_config"] = {"method": "ngram", "num_speculative_tokens": 3}
     res["eagle3"]["server"]["speculative_config"] = {"method": "eagle3", "num_speculative_tokens": 3}
     for r in res.values():

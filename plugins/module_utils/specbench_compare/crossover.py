@@ -35,7 +35,8 @@ from .verdict import (
 
 CROSSOVER_METHOD = (
     "each level pays (its simultaneous interval, verdicts.family, above 1), loses (below 1), is unclear (across 1, "
-    "or not measured in a mode) or failed (a mode measured nothing); a level where the client or the engine was saturated is no evidence and is left out; contiguous "
+    "or not measured in a mode) or failed (a mode measured nothing); "
+    "a level where the client or the engine was saturated is no evidence and is left out; contiguous "
     "levels with one verdict form a region, and no unclear or failed level is read as its neighbours' verdict; each "
     "change between a paying and a losing region is a crossing, and its interval is the model-free bracket "
     "between the last level that clearly pays and the first that clearly loses (or the reverse); the point inside it "

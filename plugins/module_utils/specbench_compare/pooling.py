@@ -54,6 +54,16 @@ def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
         entries = by_conc[conc]
         pooled = pool_level([lv for unused, lv in entries])
         pooled["launches"] = len(entries)
+        # A launch that measured nothing keeps the level failed (and the run incomplete): pooling the
+        # launches left would read one launch as the design's evidence. A refinement round that
+        # measured the level again heals it.
+        lost = [(tag, why) for tag, lv in entries if (why := level_failure(lv)) and not (tag or "").startswith("refine")]
+        healed = any((tag or "").startswith("refine") and not level_failure(lv) for tag, lv in entries)
+        if lost and len(entries) > 1 and not healed:
+            tag, why = lost[0]
+            pooled.update(output_tok_per_s=None, output_tok_per_s_ci95=None,
+                          error=f"launch {tag or 'launch1'} of {len(entries)} failed at C={conc}: {why}; the level stays "
+                                "failed (refinement or a new run measures it again)")
         pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
         levels.append(pooled)
     base["levels"] = levels

@@ -8,7 +8,7 @@ import math
 
 from .common import fmt_conc
 from .crossover import ADD_LEVELS_RATIO
-from .verdict import FAILED, LOSES, PAYS, STARTS, STOPS, UNCLEAR
+from .verdict import FAILED, LOSES, PAYS, STOPS, UNCLEAR
 
 # SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
 # from batch size N, the candidate draft-step counts; 0 is plain decode.

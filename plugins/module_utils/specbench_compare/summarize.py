@@ -123,6 +123,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         cats = category_rows(bl, sl, row)
         if cats:
             row["categories"] = cats
+        row["baseline_tok_per_s"] = _rnd(bf["throughput"], 3) if bf else None
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
@@ -297,8 +298,8 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"verdicts": FAMILY_METHOD, "speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
-                   "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
+        "method": {"verdicts": FAMILY_METHOD, "speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD,
+                   "output_match": OUTPUT_MATCH_METHOD, "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
         "output_match": matches,
         "output_match_min": output_match_min,
     }
