@@ -7,7 +7,8 @@ the first that clearly loses (or the reverse). Between two levels the speedup cu
 measured, and the emulator's own profiles are curved enough in log(concurrency) that an
 interpolation-based interval (a bootstrap through the log-linear line) excluded the true
 crossing (kimi-k2.5-moe: true 17.43, such an interval 14.03 to 15.93; the bracket is 10 to 30).
-Each end of the bracket is a level whose 95% interval lies on its side of 1, so the bracket
+Each end of the bracket is a level whose simultaneous (family-wise 95%, verdict.FAMILY_METHOD)
+interval lies on its side of 1, so the bracket
 holds the crossing unless one of those two clear verdicts is wrong (at most 2.5% each when the
 speedup changes sign once between them). Only more levels narrow it (compare_refine). The
 log-linear interpolation between the levels is reported inside it, labelled as an estimate.
@@ -161,8 +162,9 @@ def crossover(levels: list[dict]) -> dict:
 def _verdict_text(status, regs, crossings, main, value_at) -> str:
     c_min, c_max = regs[0]["from_concurrency"], regs[-1]["to_concurrency"]
     if status == UNCLEAR:
-        return (f"unclear: at no level measured (C={c_min:g} to {c_max:g}) is the difference clear: the speedup's 95% "
-                "interval straddles 1 (or a mode failed); repeat the levels (compare_launches) or lengthen the window")
+        return (f"unclear: at no level measured (C={c_min:g} to {c_max:g}) is the difference clear: the speedup's "
+                "family-wise interval straddles 1 (or a mode failed); repeat the levels (compare_launches) or lengthen "
+                "the window")
     if status == "pays_everywhere":
         return f"speculation pays clearly at every level measured, up to C={c_max:g}"
     if status == "never_pays":

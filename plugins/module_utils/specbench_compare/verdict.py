@@ -2,7 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Per-level verdicts and the regions they form.
 
-Each level pays (its speedup's 95% interval lies above 1), loses (below 1), is unclear (the
+Each level pays (its speedup's interval lies above 1: the simultaneous one over all the
+comparison's levels, FAMILY_METHOD, in compare_pair), loses (below 1), is unclear (the
 interval straddles 1) or failed (a mode measured nothing there: every request failed, no output
 token arrived). A level where the client or the engine was saturated is no evidence about the
 node: it gets no verdict and stays out of the regions (``saturation`` names why). Verdicts are
