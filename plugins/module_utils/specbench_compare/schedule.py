@@ -94,11 +94,15 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
     adaptive_config, text}``.
 
     SGLang and the emulator: the primary comparison's recommendation. Speculation pays at every
-    level measured -> that mode as is; pays only somewhere -> ``<mode>-adaptive`` with the run's
-    adaptive table (turning it off elsewhere); pays nowhere (or no clear level) -> the baseline.
-    vLLM: among the speculative modes compared, the one that clearly pays at the most levels (ties:
-    the larger product of its paying speedups; then compare_modes' order), with its schedule
-    (``vllm_schedule``); the baseline where none pays. ``serve_mode`` overrides the choice (for
+    level from 1 up to the server's running cap -> that mode as is; otherwise, where it pays
+    somewhere -> ``<mode>-adaptive`` with the run's adaptive table (on from a clearly paying level to
+    the last clearly paying one, off elsewhere and above the top level measured); pays nowhere (or
+    no clear level) -> the baseline.
+    vLLM: among the speculative modes that clearly pay somewhere, the one with the highest expected
+    gain of its schedule (``traffic_gain`` of ``served_series``, by tokens, on compare_traffic when
+    given, else an even share of time at each level measured; ties: compare_modes' order), with its
+    schedule (``vllm_schedule``); the baseline where none pays. ``expected_gain`` carries each
+    candidate's gain and interval: expected from the run, not measured (serve.yml's proof measures it). ``serve_mode`` overrides the choice (for
     vLLM a speculative mode keeps the schedule derived from its own levels, the baseline none).
     """
     base = summary.get("baseline_mode") or BASELINE
@@ -146,8 +150,11 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
     ranges = summary.get("speculate_ranges") or []
     if not spec or not ranges:
         return _plan(base, engine, None, None, "the baseline: speculation clearly pays at no level measured")
-    if ranges == [[1, None]]:
-        return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured")
+    cap = ((summary.get("servers") or {}).get(spec) or {}).get("running_cap")
+    if len(ranges) == 1 and ranges[0][0] <= 1 and (ranges[0][1] is None or (cap and ranges[0][1] > cap)):
+        # It pays clearly at every level up to the server's running cap: no batch size is left unmeasured.
+        return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured, up to the server's "
+                     f"running cap ({cap})")
     adaptive = spec if spec.endswith("-adaptive") else f"{spec}-adaptive"
     return _plan(adaptive, engine, None, summary.get("adaptive_config"),
                  f"{adaptive} with the run's adaptive table: speculation on where {spec} clearly pays, off elsewhere")
