@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT / "files"))
 from compare_synth import level, result  # noqa: E402
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import categories  # noqa: E402
 
 SEED_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 Z = 1.959964
@@ -213,28 +214,24 @@ def scen_traffic(runs: int, rng: random.Random) -> None:
 
 
 def scen_categories(runs: int, rng: random.Random) -> None:
-    print("== per-category accept length, acceptance varying by prompt (sd 0.6 tokens between prompts), "
-          "50 verify steps per request")
+    print("== per-category accept length, acceptance varying by prompt (sd 0.6 tokens between prompts, 0.8 between "
+          "steps), 20-80 verify steps per request; truth 2.5")
     for n_req in (3, 10, 30):
-        cover = 0
+        cover = old = 0
         truth = 2.5
         for _ in range(runs):
-            accepted = steps = 0
             per_request = []
             for _r in range(n_req):
-                mean = max(1.0, rng.gauss(truth, 0.6))
-                k = 50
-                acc = sum(max(1.0, rng.gauss(mean, 0.8)) for _s in range(k))
-                per_request.append((acc, k))
-                accepted += acc
-                steps += k
-            ci = cmp.accept_length_ci(per_request) if hasattr(cmp, "accept_length_ci") else None
-            if ci is None:  # today's rule (breakdown.category_rows): +-1.96 / sqrt(verify steps) on the accept length
-                est = accepted / steps
-                w = Z / math.sqrt(steps)  # the log half-width breakdown.category_rows gives the accept length
-                ci = [est * math.exp(-w), est * math.exp(w)]
-            cover += ci[0] <= truth <= ci[1]
-        print(f"  {n_req} requests: interval covers {rate(cover, runs)}")
+                mean = rng.gauss(truth, 0.6)
+                k = rng.randint(20, 80)
+                per_request.append((sum(rng.gauss(mean, 0.8) for _s in range(k)), k))
+            est, ci = categories.ratio_of_sums_ci95(per_request)
+            cover += ci is not None and ci[0] <= truth <= ci[1]
+            steps = sum(k for unused, k in per_request)
+            w = Z / math.sqrt(steps)  # before: breakdown.category_rows' 1.96 / sqrt(verify steps), steps independent
+            old += est * math.exp(-w) <= truth <= est * math.exp(w)
+        print(f"  {n_req} requests: cluster-robust interval by request covers {rate(cover, runs)} "
+              f"(steps-independent interval, before: {rate(old, runs)})")
 
 
 def scen_choice(runs: int, rng: random.Random) -> None:

@@ -102,8 +102,9 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
     gain of its schedule (``traffic_gain`` of ``served_series``, by tokens, on compare_traffic when
     given, else an even share of time at each level measured; ties: compare_modes' order), with its
     schedule (``vllm_schedule``); the baseline where none pays. ``expected_gain`` carries each
-    candidate's gain and interval: expected from the run, not measured (serve.yml's proof measures it). ``serve_mode`` overrides the choice (for
-    vLLM a speculative mode keeps the schedule derived from its own levels, the baseline none).
+    candidate's gain and interval: expected from the run, not measured (serve.yml's proof measures it).
+    ``serve_mode`` overrides the choice (for vLLM a speculative mode keeps the schedule derived from its
+    own levels, the baseline none).
     """
     base = summary.get("baseline_mode") or BASELINE
     comps = summary.get("comparisons") or {}

@@ -16,6 +16,7 @@ import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import categories
 
 Z = 1.959964
 SEED_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
@@ -168,3 +169,22 @@ def test_the_traffic_gain_covers_the_tokens_served_truth(name, truth, mix):
     assert hits / n >= 0.90, (hits, target)
     if name == "mixed":
         assert pays == 0
+
+
+@pytest.mark.parametrize("n_req", [3, 10, 30])
+def test_the_per_category_accept_length_interval_by_request_covers_when_acceptance_varies_by_prompt(n_req):
+    """Each request's verify steps share its prompt's acceptance (sd 0.6 tokens between prompts): the interval
+    that took steps as independent covered 73-79%; the cluster-robust one by request must reach 90%."""
+    rng = random.Random(f"368-{n_req}")
+    hits, n = 0, 300
+    for _ in range(n):
+        pairs = []
+        for _r in range(n_req):
+            mean, k = rng.gauss(2.5, 0.6), rng.randint(20, 80)
+            pairs.append((sum(rng.gauss(mean, 0.8) for _s in range(k)), k))
+        est, ci = categories.ratio_of_sums_ci95(pairs)
+        assert est == pytest.approx(sum(a for a, unused in pairs) / sum(k for unused, k in pairs))
+        hits += ci[0] <= 2.5 <= ci[1]
+    assert hits / n >= 0.90, hits
+    assert categories.ratio_of_sums_ci95([(30.0, 10)]) == (3.0, None)
+    assert categories.ratio_of_sums_ci95([]) == (None, None)
