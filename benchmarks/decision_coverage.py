@@ -78,12 +78,27 @@ def sweep(rng: random.Random, mode: str, truth: dict, half: float, launch_sd: fl
     return cmp.pool_runs(runs)
 
 
-def compare(rng, speedups: dict, half=0.02, launch_sd=0.0, launches=1, base=base_curve, **kw) -> dict:
+def compare(rng, speedups: dict, half=0.02, launch_sd=0.0, launches=1, base=base_curve, floor=None, **kw) -> dict:
     b_truth = {c: base(c) for c in speedups}
     s_truth = {c: base(c) * r for c, r in speedups.items()}
     b = sweep(rng, "baseline", b_truth, half, launch_sd, launches, **kw)
     s = sweep(rng, "eagle3", s_truth, half, launch_sd, launches)
-    return cmp.compare_pair(b, s, "baseline", "eagle3")
+    return cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+
+
+def node_floor(rng, runs: int, launch_sd: float, half: float = 0.02) -> dict | None:
+    """The node's noise floor after ``runs`` earlier compare runs with compare_launches: 2 (launch_noise)."""
+    parts = {}
+    for n in range(runs):
+        truth = {c: base_curve(c) for c in SEED_LEVELS}
+        res = {"baseline": sweep(rng, "baseline", truth, half, launch_sd, 2),
+               "eagle3": sweep(rng, "eagle3", {c: x * rng.uniform(0.7, 1.5) for c, x in truth.items()}, half,
+                               launch_sd, 2)}
+        part = cmp.launch_estimate(res)
+        part["measured_at"] = "2026-01-01T00:00:00+00:00"
+        parts[f"run{n}"] = part
+    import datetime  # noqa: PLC0415 - only this scenario needs a clock
+    return cmp.launch_floor_from(parts, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
 
 
 def claims(comp: dict) -> list[str]:
@@ -145,6 +160,32 @@ def scen_launch(runs: int, rng: random.Random) -> None:
             print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%: per-level 95% interval covers "
                   f"{rate(cover, total)}; tie reads pays {rate(pays, runs)}, loses {rate(loses, runs)}; "
                   f"1.10x reads pays at every level {rate(gain, max(1, runs // 4))}")
+
+
+def scen_floor(runs: int, rng: random.Random) -> None:
+    print("== launch variation held by the node's noise floor: earlier runs with compare_launches: 2 measured it; "
+          "this run has one launch per mode (8 levels, +-2% windows)")
+    for floor_runs in (1, 3):
+        for launch_sd in (0.0, 0.01, 0.03, 0.05):
+            cover = total = claims = 0
+            n = max(1, runs // 2)
+            for _ in range(n):
+                floor = node_floor(rng, floor_runs, launch_sd)
+                comp = compare(rng, dict.fromkeys(SEED_LEVELS, 1.0), launch_sd=launch_sd, floor=floor)
+                for r in comp["levels"]:
+                    ci = r.get("speedup_ci95")
+                    total += 1
+                    cover += bool(ci) and ci[0] <= 1.0 <= ci[1]
+                claims += any(r["verdict"] in CLAIMS for r in comp["levels"])
+            gain = 0
+            m = max(1, runs // 8)
+            for _ in range(m):
+                floor = node_floor(rng, floor_runs, launch_sd)
+                comp = compare(rng, dict.fromkeys(SEED_LEVELS, 1.10), launch_sd=launch_sd, floor=floor)
+                gain += all(r["verdict"] == "pays" for r in comp["levels"])
+            print(f"  floor from {floor_runs} run(s), launch sd {100 * launch_sd:.0f}%: per-level 95% interval covers "
+                  f"{rate(cover, total)}; tie reads pays or loses {rate(claims, n)}; 1.10x reads pays at every "
+                  f"level {rate(gain, m)}")
 
 
 def _rule_scenario(name: str, grid: list[int], truth, runs: int, rng: random.Random) -> None:
@@ -271,7 +312,7 @@ def scen_failed(runs: int, rng: random.Random) -> None:
           f"{comp['speculate_ranges']}; table {comp['adaptive_table']}")
 
 
-SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "smooth": scen_smooth, "traffic": scen_traffic,
+SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "smooth": scen_smooth, "traffic": scen_traffic,
              "categories": scen_categories, "choice": scen_choice, "failed": scen_failed}
 
 

@@ -320,6 +320,15 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.append(f"- Verdicts (error rate {100 * (family.get('alpha') or 0.05):.0f}% over all "
                      f"{family.get('levels', 'the')} levels at once): {method.get('verdicts')}.")
     lines.append(f"- Speedup interval (per level, 95% for that level alone): {method.get('speedup_ci95')}.")
+    launch = summary.get("launch_variation") or {}
+    if method.get("launch_variation"):
+        floor = launch.get("floor")
+        held = ("held: levels measured in several launches carry it in their spread" if launch.get("held") and not floor
+                else f"held: this node's noise floor, sd {100 * floor['launch_sd']:.1f}% per launch on {floor['df']} "
+                     f"degrees of freedom from {len(floor['runs'])} run(s)" if floor
+                else "NOT held: one launch per mode and no noise floor for this node yet (compare_launches: 2 once "
+                     "measures and stores it)")
+        lines.append(f"- Launch-to-launch variation ({held}): {method.get('launch_variation')}.")
     lines.append(f"- Crossover: {method.get('crossover')}.")
     if summary.get("output_match"):
         lines.append(f"- Output match: {method.get('output_match')}.")

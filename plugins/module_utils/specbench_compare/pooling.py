@@ -122,6 +122,7 @@ def pool_level(levels: list[dict]) -> dict:
     out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    out["launch_ci95"] = [[round(ci[0], 3), round(ci[1], 3)] if ci else None for unused, unused_x, ci in usable]
     out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
     # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
     # comparison borrows the throughput's relative width for them).

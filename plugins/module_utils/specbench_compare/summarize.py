@@ -17,6 +17,7 @@ from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _n
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, family_ci, level_figures, ratio_ci
+from .launch_noise import LAUNCH_METHOD, estimate, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
@@ -89,8 +90,12 @@ def _levels_by_conc(result: dict | None) -> dict:
     return out
 
 
-def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str) -> dict:
-    """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation."""
+def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str,
+                 launch_floor: dict | None = None) -> dict:
+    """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation.
+
+    ``launch_floor`` (launch_noise.floor_from: the node's stored launch-to-launch variation) widens
+    each level measured in one launch per mode (launch_noise.widen) before the verdicts."""
     b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
     rows = []
     borrowed = set()
@@ -129,11 +134,21 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
+    widened = widen(rows, launch_floor)
     family_size = _family_wise(rows)
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
     rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
+    single = [r["concurrency"] for r in rows if r.get("speedup_ci95") and (r.get("launches") or 1) == 1]
+    if launch_floor and single:
+        notes.append(f"launch-to-launch variation: the node's noise floor (sd {100 * launch_floor['launch_sd']:.1f}% "
+                     f"per launch, {launch_floor['df']} degrees of freedom, from {len(launch_floor['runs'])} run(s)) is "
+                     f"in the intervals of the {len(single)} level(s) measured in one launch per mode")
+    elif single:
+        notes.append("launch-to-launch variation is NOT in the intervals: every level was measured in one launch per "
+                     "mode and this node has no noise floor yet (run compare with compare_launches: 2 once: it measures "
+                     "and stores it); a second launch may read outside these intervals")
     if borrowed:
         notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
     return {
@@ -157,6 +172,8 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
         "categories_paying": paying_longest(rows),
+        "launch_variation": {"floor": launch_floor, "widened": widened,
+                             "held": bool(launch_floor) or not single, "method": LAUNCH_METHOD},
         "family": {"levels": family_size, "alpha": FAMILY_ALPHA, "z": _rnd(family_z(family_size), 3),
                    "method": FAMILY_METHOD},
         "levels": rows,
@@ -224,6 +241,7 @@ def summarize_host(
     outcomes: dict | None = None,
     output_match_min: float = OUTPUT_MATCH_MIN,
     traffic: dict | None = None,
+    launch_floor: dict | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
 
@@ -234,6 +252,9 @@ def summarize_host(
     ``traffic`` is {traffic: [{concurrency, share}], source} (``traffic.parse_traffic`` or
     ``traffic_prometheus.read_traffic``): each mode's expected gain on it goes in ``traffic``.
     The first speculative mode in ``modes`` gives the top-level crossover and recommendation.
+    ``launch_floor``: the node's stored launch-to-launch variation (launch_noise), held in the
+    intervals of levels measured in one launch per mode; ``launch_variation`` says what this run
+    measured of it (``measured``, for the node's floor) and what was held.
     """
     outcomes = dict(outcomes or {})
     if modes is None:
@@ -279,7 +300,8 @@ def summarize_host(
     if separate and not any(_levels_by_conc(r) for r in results.values()):
         headline = separate[0]  # every level ran per category: the first category's is the headline comparison
         results = {m: only_category(r, headline) for m, r in results.items()}
-    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
+    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m, launch_floor)
+                   for m in spec_modes}
     matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)
     primary = comparisons[spec_modes[0]] if spec_modes else None
@@ -298,8 +320,13 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"verdicts": FAMILY_METHOD, "speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD,
-                   "output_match": OUTPUT_MATCH_METHOD, "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
+        "launch_variation": {"measured": estimate({m: r for m, r in results.items() if m in modes}),
+                             "floor": launch_floor, "method": LAUNCH_METHOD,
+                             "held": all((c.get("launch_variation") or {}).get("held")
+                                         for c in comparisons.values())},
+        "method": {"verdicts": FAMILY_METHOD, "launch_variation": LAUNCH_METHOD, "speedup_ci95": CI_METHOD,
+                   "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD, "traffic": TRAFFIC_METHOD,
+                   "speedup_terms": TERMS_METHOD},
         "output_match": matches,
         "output_match_min": output_match_min,
     }
