@@ -25,7 +25,9 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
 - ``schedule``: what serve.yml serves (the mode, vLLM's per-batch-size schedule);
-- ``serve_proof``: the served configuration's confirmatory sweep held against the run.
+- ``serve_proof``: the served configuration's confirmatory sweep held against the run;
+  ``proof_rule``: what each level of that proof is held against (the static counterpart where the
+  plan speculates, the baseline where it does not) and its family-wise verdicts.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .launch_noise import floor_from as launch_floor_from
 from .launch_noise import widen as launch_widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
+from .proof_rule import family_proof_verdicts, proof_references, static_counterpart
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
     adaptive_table,
@@ -85,7 +88,7 @@ __all__ = [
     "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "LAUNCH_METHOD", "launch_estimate", "launch_floor_from", "launch_widen", "family_ci", "FAMILY_METHOD",
-    "FAMILY_ALPHA", "family_z", "paying_runs",
+    "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
     "traffic_gains", "check_traffic_input", "resolve_traffic",

@@ -188,3 +188,25 @@ def test_the_per_category_accept_length_interval_by_request_covers_when_acceptan
     assert hits / n >= 0.90, hits
     assert categories.ratio_of_sums_ci95([(30.0, 10)]) == (3.0, None)
     assert categories.ratio_of_sums_ci95([]) == (None, None)
+
+
+def test_the_proof_holds_each_level_against_the_reference_the_plan_uses_under_the_family_rule():
+    """Where the plan speculates, its static counterpart; where it deliberately does not, the baseline (never
+    'the fastest mode', another configuration there). Verdicts read the simultaneous interval."""
+    summary = {"baseline_mode": "baseline", "comparisons": {"eagle3": {}}, "speculate_ranges": [[1, 5]]}
+    plan = {"mode": "eagle3-adaptive", "schedule": None, "adaptive_config": {"1": [1, 3]}}
+    assert cmp.static_counterpart(plan, summary) == "eagle3"
+    assert cmp.proof_references(summary, plan, [1, 4, 16]) == {1: "eagle3", 4: "eagle3", 16: "baseline"}
+    vllm = {"mode": "ngram", "schedule": [[1, 4, 3], [5, 32, 0]], "adaptive_config": None}
+    assert cmp.proof_references({"baseline_mode": "baseline", "comparisons": {"ngram": {}}}, vllm, [1, 4, 16]) == \
+        {1: "ngram", 4: "ngram", 16: "baseline"}
+    base = {"mode": "baseline", "schedule": None, "adaptive_config": None}
+    assert set(cmp.proof_references(summary, base, [1, 16]).values()) == {"baseline"}
+    rows = [{"concurrency": c, "ratio": r, "ratio_ci95": ci} for c, r, ci in
+            [(1, 0.97, [0.94, 0.998]), (4, 1.0, [0.99, 1.01]), (16, 0.7, [0.6, 0.82]), (32, None, None)]]
+    cmp.family_proof_verdicts(rows, 0.05)
+    # C=1 is below 1 in its own 95% interval but not in the simultaneous one over 3 levels: not a regression.
+    assert [r["verdict"] for r in rows] == ["unclear", "matches", "worse", "unclear"]
+    assert rows[0]["ratio_ci_family"][1] > 1.0 and rows[0]["ratio_ci95"] == [0.94, 0.998]
+    with pytest.raises(ValueError, match="serve_match_margin"):
+        cmp.family_proof_verdicts(rows, 0.7)
