@@ -107,7 +107,7 @@ options:
         per mode holds it in its intervals. Runs older than this many days are left out of the floor; 0 stores
         and reads none.
     type: float
-    default: 30
+    default: 30.0
   refine:
     description:
       - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.

@@ -104,21 +104,3 @@ def test_without_a_floor_the_summary_says_launch_variation_is_not_held():
                                   "eagle3": launches(rng, "eagle3", truth, 0.0, 1)}, "node", "run")
     assert summary["launch_variation"]["held"] is False and summary["launch_variation"]["measured"] is None
     assert any("launch-to-launch variation is NOT in the intervals" in n for n in summary["notes"])
-
-
-def test_the_action_stores_each_runs_part_once_and_reads_the_floor_back(tmp_path):
-    from ansible_collections.specbench.core.plugins.action.compare_results import ActionModule
-
-    rng = random.Random(3605)
-    truth = {c: base_curve(c) for c in LEVELS}
-    two = {"baseline": launches(rng, "baseline", truth, 0.03, 2), "eagle3": launches(rng, "eagle3", truth, 0.03, 2)}
-    for r in two.values():
-        r["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    warnings: list[str] = []
-    first = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, warnings)
-    again = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, warnings)
-    assert first == again and first["runs"] == ["r1"] and first["df"] == 2 and not warnings
-    one = {"baseline": launches(rng, "baseline", truth, 0.03, 1)}
-    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 30.0, False, warnings) == first
-    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 0.0, False, warnings) is None
-    assert (tmp_path / "noise-floor" / "node.json").is_file()
