@@ -398,7 +398,11 @@ def summarize_host(
         except ValueError:
             name, series = None, []
         if name and series:
-            summary["traffic"]["gains"][name] = traffic_gain(series, summary["traffic"]["traffic"], name)
+            gain = traffic_gain(series, summary["traffic"]["traffic"], name)
+            # Never the served configuration's measured gain: serve.yml's proof measures that (serve.json).
+            gain["basis"] = "expected from the run's levels, not measured: serve.yml's proof measures it"
+            gain["text"] = f"expected, not measured: {gain['text']}"
+            summary["traffic"]["gains"][name] = gain
     return summary
 
 
