@@ -17,8 +17,10 @@ sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000):
 
   tie        speedup exactly 1.00 at the seeds' 8 levels: share of runs with any claim (a level that
              pays or loses, a crossing, a speculation range), at +-2% and +-25% per level
-  launch     the tie and a true 1.10x with launch sd 0-5%, at compare_launches 1 and 2: coverage of
-             the launch-population speedup, tie read "pays"/"loses", 1.10x read "pays"
+  launch     the tie and a true 1.10x with launch sd 0-5%, at compare_launches 1 and 2 without a floor:
+             coverage of the launch-population speedup, tie read "pays"/"loses", 1.10x read "pays"
+  floor      the same, one launch per mode, with the node's noise floor from 1 or 3 earlier runs
+  floor2     two launches per mode with the floor from this run alone or with 2 earlier runs
   smooth     a smooth truth crossing at C=10.8 on the sparse grid 4, 16, 64, 256: the share of runs
              where SGLang's table or vLLM's schedule speculates at a batch size where the truth
              loses, and the spread of "speculate below N"
@@ -188,6 +190,44 @@ def scen_floor(runs: int, rng: random.Random) -> None:
                   f"level {rate(gain, m)}")
 
 
+def scen_floor2(runs: int, rng: random.Random) -> None:
+    print("== two launches per mode (A B A B), the node's floor from this run alone or with 2 earlier runs "
+          "(8 levels, +-2% windows)")
+    import datetime  # noqa: PLC0415 - only this scenario needs a clock
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    for earlier in (0, 2):
+        for launch_sd in (0.0, 0.03, 0.05):
+            n = max(1, runs // 4)
+            cover = total = claims = gain = 0
+            for _rep in range(n):
+                for truth_r in (1.0, 1.10):
+                    truth = {c: base_curve(c) for c in SEED_LEVELS}
+                    b = sweep(rng, "baseline", truth, 0.02, launch_sd, 2)
+                    sp = sweep(rng, "eagle3", {c: x * truth_r for c, x in truth.items()}, 0.02, launch_sd, 2)
+                    part = cmp.launch_estimate({"baseline": b, "eagle3": sp})
+                    part["measured_at"] = "2026-01-01T00:00:00+00:00"
+                    parts = {"this": part}
+                    if earlier:
+                        for e in range(earlier):
+                            t2 = {c: base_curve(c) for c in SEED_LEVELS}
+                            p2 = cmp.launch_estimate({"baseline": sweep(rng, "baseline", t2, 0.02, launch_sd, 2),
+                                                      "eagle3": sweep(rng, "eagle3", t2, 0.02, launch_sd, 2)})
+                            p2["measured_at"] = "2026-01-01T00:00:00+00:00"
+                            parts[f"e{e}"] = p2
+                    floor = cmp.launch_floor_from(parts, now=now)
+                    comp = cmp.compare_pair(b, sp, "baseline", "eagle3", floor)
+                    if truth_r == 1.0:
+                        for r in comp["levels"]:
+                            total += 1
+                            cover += bool(r["speedup_ci95"]) and r["speedup_ci95"][0] <= 1.0 <= r["speedup_ci95"][1]
+                        claims += any(r["verdict"] in CLAIMS for r in comp["levels"])
+                    else:
+                        gain += all(r["verdict"] == "pays" for r in comp["levels"])
+            print(f"  {earlier} earlier run(s), launch sd {100 * launch_sd:.0f}%: per-level 95% interval covers "
+                  f"{rate(cover, total)}; tie reads pays or loses {rate(claims, n)}; 1.10x reads pays at every level "
+                  f"{rate(gain, n)}")
+
+
 def _rule_scenario(name: str, grid: list[int], truth, runs: int, rng: random.Random) -> None:
     table_bad = sched_bad = table_on = 0
     belows: dict = {}
@@ -312,7 +352,7 @@ def scen_failed(runs: int, rng: random.Random) -> None:
           f"{comp['speculate_ranges']}; table {comp['adaptive_table']}")
 
 
-SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "smooth": scen_smooth, "traffic": scen_traffic,
+SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2, "smooth": scen_smooth, "traffic": scen_traffic,
              "categories": scen_categories, "choice": scen_choice, "failed": scen_failed}
 
 

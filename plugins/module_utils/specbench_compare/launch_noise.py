@@ -24,8 +24,13 @@ twice); the floor pools every run younger than ``max_age_days``.
 **Held**: a run whose levels were each measured in one launch per mode (``compare_launches: 1``)
 reads the floor and widens each level's speedup interval: the log half-width becomes
 ``sqrt(w^2 + (t * sigma_L * sqrt(1/k_spec + 1/k_base))^2)`` with t on the floor's degrees of
-freedom (the family-wise verdicts then scale it like any interval). Levels pooled from several
-launches already hold the variation in their own between-launch spread and are left as they are.
+freedom (the family-wise verdicts then scale it like any interval). A level pooled from k >= 2
+launches per mode carries the variation in its own between-launch spread, with t on k - 1 degrees
+of freedom (12.7 at two launches); where the floor has more degrees of freedom than that (this run's
+own part counts: two modes of two launches give 2, t = 4.3), its interval is made from the floor
+instead: ``sqrt(sum over both modes of (t sigma_L)^2 / k + w_within^2)``, ``w_within`` each mode's
+root-mean-square launch window half-width (never narrower than one launch's own: the launches replay
+the same requests). Which interval is used is decided by degrees of freedom, never by width.
 Without a floor, nothing is widened and the summary says the intervals hold one launch only.
 """
 
@@ -131,3 +136,27 @@ def widen(rows: list[dict], floor: dict | None) -> list[int]:
         row["speedup_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
         done.append(row["concurrency"])
     return done
+
+
+def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict | None,
+              floor: dict | None) -> list[float] | None:
+    """A pooled level's speedup interval from the node's floor (module docstring), or None to keep its own:
+    no floor, a side measured in one launch, or a floor with no more degrees of freedom than the launches."""
+    r = _num(speedup)
+    if not floor or r is None or r <= 0 or not base_level or not spec_level:
+        return None
+    sides = []
+    for level in (base_level, spec_level):
+        cis = [_interval(c) for c in level.get("launch_ci95") or []]
+        cis = [c for c in cis if c and c[0] > 0]
+        k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
+        if k < 2 or not cis:
+            return None
+        within = math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
+        sides.append((k, within))
+    if int(floor["df"]) <= min(k for k, unused in sides) - 1:
+        return None
+    t = t975(int(floor["df"]))
+    sd = float(floor.get("launch_sd") or 0.0)
+    width = math.sqrt(math.fsum((t * sd) ** 2 / k + w ** 2 for k, w in sides))
+    return [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]

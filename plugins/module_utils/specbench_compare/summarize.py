@@ -17,7 +17,7 @@ from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _n
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, family_ci, level_figures, ratio_ci
-from .launch_noise import LAUNCH_METHOD, estimate, widen
+from .launch_noise import LAUNCH_METHOD, estimate, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
@@ -129,6 +129,10 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         if cats:
             row["categories"] = cats
         row["baseline_tok_per_s"] = _rnd(bf["throughput"], 3) if bf else None
+        from_floor = pooled_ci(row["speedup"], bl, sl, launch_floor)
+        if from_floor:  # pooled launches, and a node floor with more degrees of freedom (launch_noise)
+            row["speedup_ci95_launches"] = row["speedup_ci95"]
+            row["speedup_ci95"] = from_floor
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
