@@ -352,8 +352,9 @@ def scen_failed(runs: int, rng: random.Random) -> None:
           f"{comp['speculate_ranges']}; table {comp['adaptive_table']}")
 
 
-SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2, "smooth": scen_smooth, "traffic": scen_traffic,
-             "categories": scen_categories, "choice": scen_choice, "failed": scen_failed}
+SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2,
+             "smooth": scen_smooth, "traffic": scen_traffic, "categories": scen_categories, "choice": scen_choice,
+             "failed": scen_failed}
 
 
 def main() -> int:
