@@ -402,6 +402,8 @@ class Api:
                     "profile": self.cfg["profile_name"],
                     "time_scale": self.args.emulator_time_scale,
                     "seed": self.args.emulator_seed,
+                    "launch_sd": getattr(self.args, "emulator_launch_sd", 0.0),
+                    "launch_factor": getattr(self.args, "emulator_launch_factor", 1.0),
                     "pid": os.getpid(),
                 },
             }
@@ -467,14 +469,17 @@ class Api:
             self.cfg["max_running_requests"],
             self.cfg["kv_capacity_tokens"],
         )
-        scale = self.args.emulator_time_scale
+        # This launch's own model: the time scale and its launch speed factor (--emulator-launch-sd).
+        factor = getattr(self.args, "emulator_launch_factor", 1.0) or 1.0
+        scale = self.args.emulator_time_scale * factor
         truth["model_output_tok_per_s"] = truth["output_tok_per_s"]
         truth["output_tok_per_s"] = truth["output_tok_per_s"] / scale
         truth["request_per_s"] = truth["request_per_s"] / scale
         truth["per_stream_tok_per_s"] = truth["per_stream_tok_per_s"] / scale
         truth["step_s"] = truth["step_s"] * scale
         truth["prefill_s"] = truth["prefill_s"] * scale
-        truth.update(time_scale=scale, input_len=in_len, output_len=out_len, profile=self.cfg["profile_name"])
+        truth.update(time_scale=self.args.emulator_time_scale, launch_factor=round(factor, 6),
+                     input_len=in_len, output_len=out_len, profile=self.cfg["profile_name"])
         resp.send(200, truth)
 
     # generation

@@ -12,8 +12,12 @@ import argparse
 import asyncio
 import json
 import logging
+import math
+import os
+import random
 import signal
 import sys
+import time
 
 from sglang_emulator.model import Costs, SpecConfig
 from sglang_emulator.profiles import CATEGORY_ACCEPT_Q, DEFAULT_ADAPTIVE_TABLE, DEFAULT_PROFILE, PROFILES
@@ -94,6 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--emulator-time-scale", type=float, default=1.0, help="multiply every modelled duration (0.1 runs ten times faster)"
     )
+    e.add_argument(
+        "--emulator-launch-sd",
+        type=float,
+        default=0.0,
+        help="launch-to-launch speed variation: each launch draws one factor exp(N(0, sd)) that stretches every "
+        "modelled duration (clocks, thermals, NUMA placement, graph capture: a real node's is 0.01 to 0.05); "
+        "0 (the default): every launch runs at the profile's speed",
+    )
+    e.add_argument(
+        "--emulator-launch-seed",
+        type=int,
+        help="seed of the launch's speed draw (default: a fresh draw each launch, from the clock and the pid)",
+    )
     e.add_argument("--emulator-gpus", type=int, help="emulated GPUs (default: tp-size)")
     e.add_argument("--emulator-device-dir", help="folder for emulated device nodes; none: no GPUs")
     e.add_argument(
@@ -122,6 +139,15 @@ class StartupError(Exception):
     """A launch the real server would refuse: logged, exit code 1."""
 
 
+def launch_factor(sd: float, seed: int | None) -> float:
+    """This launch's speed factor on every modelled duration: exp(N(0, sd)), from ``seed`` (None: the clock
+    and the pid, a fresh draw each launch); 1.0 when ``sd`` is 0."""
+    if not sd:
+        return 1.0
+    rng = random.Random(seed if seed is not None else f"{time.time_ns()}-{os.getpid()}")
+    return math.exp(rng.gauss(0.0, sd))
+
+
 def resolve(args: argparse.Namespace) -> dict:
     """Apply SGLang's defaulting rules and the profile; return the resolved server config."""
     prof = PROFILES[args.emulator_profile]
@@ -129,6 +155,10 @@ def resolve(args: argparse.Namespace) -> dict:
         raise StartupError("--emulator-time-scale must be positive")
     if not 0 <= args.emulator_output_mismatch <= 1:
         raise StartupError(f"--emulator-output-mismatch must be a share from 0 to 1 (got {args.emulator_output_mismatch})")
+    if not 0 <= getattr(args, "emulator_launch_sd", 0.0) <= 0.5:
+        raise StartupError(f"--emulator-launch-sd must be a relative sd from 0 to 0.5 (got {args.emulator_launch_sd})")
+    args.emulator_launch_factor = launch_factor(getattr(args, "emulator_launch_sd", 0.0),
+                                                getattr(args, "emulator_launch_seed", None))
     if args.tp_size < 1:
         raise StartupError("--tp-size must be at least 1")
     if args.attn_dp_size < 1:

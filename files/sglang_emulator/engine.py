@@ -93,7 +93,8 @@ class Engine:
         args = cfg["args"]
         self.costs = cfg["costs"]
         self.spec = cfg["spec"]
-        self.scale = args.emulator_time_scale
+        # --emulator-launch-sd: this launch's own speed (cli.launch_factor) stretches every modelled duration.
+        self.scale = args.emulator_time_scale * (getattr(args, "emulator_launch_factor", 1.0) or 1.0)
         self.max_running = cfg["max_running_requests"]
         self.max_queued = args.max_queued_requests
         self.kv_capacity = cfg["kv_capacity_tokens"]

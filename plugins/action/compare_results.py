@@ -8,6 +8,7 @@ calls specbench_compare for the maths and specbench_report for the files.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -24,6 +25,8 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     check_minimum,
     check_traffic_input,
     compact,
+    launch_estimate,
+    launch_floor_from,
     load_host_results,
     refine_plan,
     resolve_traffic,
@@ -148,9 +151,11 @@ class ActionModule(ActionBase):
                         warnings.append(str(exc))
                         traffic_by_engine[engine] = {"error": str(exc)}
                 traffic = traffic_by_engine[engine]
+            floor = self._noise_floor(results_dir, host, run_id, host_results, args["noise_floor_max_age_days"],
+                                      check, warnings)
             try:
                 summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes,
-                                         output_match_min=match_min, traffic=traffic)
+                                         output_match_min=match_min, traffic=traffic, launch_floor=floor)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
             served_path = os.path.join(host_dir, "serve.json")
@@ -234,6 +239,32 @@ class ActionModule(ActionBase):
             + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
         )
         return result
+
+    @staticmethod
+    def _noise_floor(results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
+                     warnings: list[str]) -> dict | None:
+        """The host's launch-to-launch noise floor (launch_noise): this run's measurement stored by run id
+        (rendering it again replaces it), then the floor from every run younger than ``max_age`` days."""
+        if not max_age or max_age <= 0:
+            return None
+        path = os.path.join(results_dir, "noise-floor", f"{host}.json")
+        parts: dict = {}
+        if os.path.isfile(path):
+            try:
+                parts = (_load_json(path) or {}).get("runs") or {}
+            except (OSError, ValueError, AttributeError) as exc:
+                warnings.append(f"{path}: not readable ({exc}); {host}'s launch noise floor starts again")
+        mine = launch_estimate(host_results)
+        if mine:
+            when = max((str(r.get("finished_at")) for r in host_results.values() if r.get("finished_at")), default=None)
+            mine["measured_at"] = when or datetime.datetime.now(datetime.UTC).isoformat()
+            mine["run_id"] = run_id
+            if parts.get(run_id) != mine:
+                parts[run_id] = mine
+                if not check:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    report.write_if_changed(path, report.dump_json({"host": host, "runs": parts}))
+        return launch_floor_from(parts, max_age_days=max_age)
 
     @staticmethod
     def _refine(summary: dict, opts: dict, host_results: dict) -> dict:

@@ -100,6 +100,14 @@ options:
     description: Only check I(output_match_min) and I(traffic) (the compare role's preflight), read and write nothing.
     type: bool
     default: false
+  noise_floor_max_age_days:
+    description:
+      - Each host's launch-to-launch variation, measured by a run with several launches of a mode, is stored in
+        C(<results_dir>/noise-floor/<host>.json) by run id; a later run whose levels were measured in one launch
+        per mode holds it in its intervals. Runs older than this many days are left out of the floor; 0 stores
+        and reads none.
+    type: float
+    default: 30.0
   refine:
     description:
       - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.

@@ -71,7 +71,7 @@ def test_a_mode_whose_outputs_changed_is_the_first_confounder_and_every_output_c
     md = report.render_markdown(summary)
     assert md.index("`output_mismatch`") < md.index("an earlier confounder")
     assert "## Outputs unchanged by speculation" in md and "| `eagle3` | 75% (3/4) | token ids | #1 @token 0 |" in md
-    assert "- Output match: the same fixed prompts" in md and "- Traffic gain: speedup interpolated" in md
+    assert "- Output match: the same fixed prompts" in md and "- Traffic gain: gain by tokens" in md
     assert "## Weighed by traffic" in md and "`eagle3`" in md.split("## Weighed by traffic")[1]
     gains = summary["traffic"]["gains"]["eagle3"]
     assert (gains["known_share"], gains["outside_share"]) == (0.8, 0.2)

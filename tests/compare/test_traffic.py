@@ -40,16 +40,32 @@ def test_the_gain_on_a_hand_computed_example():
     assert "25% outside the measured range" in gain["text"] and "never extrapolated" in gain["text"]
 
 
-def test_unclear_and_failed_levels_make_their_neighbouring_traffic_unknown():
-    """C=4 unclear: the traffic at 2 and 8 (both next to it) is unknown; C=1 alone is known (2.0x)."""
+def test_an_unclear_level_counts_with_its_uncertainty_and_a_failed_one_makes_its_traffic_unknown():
+    """C=4 unclear (1.02 +-0.2 on the log scale): never dropped, it counts with its estimate and its width.
+    C=1: 2.0; C=2: (2.0 + 1.02) / 2 = 1.51; C=8: (1.02 + 0.8) / 2 = 0.91; gain (2.0 + 1.51 + 0.91) / 3 = 1.47333
+    (no baseline throughput in this series: weighed by time)."""
     series = [lv(1, 2.0), lv(4, 1.02, w=0.2, verdict="unclear"), lv(16, 0.8, verdict="loses")]
     gain = cmp.traffic_gain(series, cmp.parse_traffic(EVEN))
-    assert (gain["gain"], gain["known_share"], gain["unknown_share"], gain["outside_share"]) == (2.0, 0.25, 0.5, 0.25)
-    assert gain["unknown_concurrency"] == [2, 8]
+    assert (gain["known_share"], gain["unknown_share"], gain["outside_share"]) == (0.75, 0, 0.25)
+    assert gain["gain"] == pytest.approx(1.47333, abs=1e-4) and gain["weighed"] == "time"
+    sharp = cmp.traffic_gain([lv(1, 2.0), lv(4, 1.02), lv(16, 0.8, verdict="loses")], cmp.parse_traffic(EVEN))
+    assert gain["gain_ci95"][1] / gain["gain_ci95"][0] > sharp["gain_ci95"][1] / sharp["gain_ci95"][0]
     failed = [lv(1, 2.0), {"concurrency": 4, "speedup": None, "speedup_ci95": None, "verdict": "failed"}]
     gain = cmp.traffic_gain(failed, cmp.parse_traffic([{"concurrency": 2, "share": 1}]))
     assert gain["gain"] is None and gain["verdict"] == "unknown" and gain["unknown_share"] == 1.0
     assert "no expected gain" in gain["text"]
+
+
+def test_the_gain_is_by_tokens_served_so_a_busy_losing_level_outweighs_an_idle_paying_one():
+    """Half the time at C=1 (1.3x, the baseline serves 100 tok/s), half at C=30 (0.8x, 1200 tok/s): speculation
+    serves 0.5*100*1.3 + 0.5*1200*0.8 = 545 tokens a second where the baseline serves 650: 0.8385x, it loses
+    (a time-weighted mean, (1.3 + 0.8) / 2 = 1.05, read "pays")."""
+    series = [dict(lv(1, 1.3, w=0.02), baseline_tok_per_s=100.0),
+              dict(lv(30, 0.8, w=0.02, verdict="loses"), baseline_tok_per_s=1200.0)]
+    gain = cmp.traffic_gain(series, cmp.parse_traffic([{"concurrency": 1, "share": 1}, {"concurrency": 30, "share": 1}]))
+    assert gain["weighed"] == "tokens" and gain["gain"] == pytest.approx(545 / 650, abs=1e-4)
+    assert gain["verdict"] == "loses" and gain["weights"] == {"1": round(50 / 650, 4), "30": round(600 / 650, 4)}
+    assert "tokens served" in gain["text"]
 
 
 def test_a_served_schedule_series_is_read_by_its_ratio_fields():

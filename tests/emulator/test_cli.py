@@ -95,3 +95,18 @@ def test_resolved_values_are_reported():
 def test_weights_that_do_not_fit_fail_like_sglang():
     with pytest.raises(StartupError, match="Not enough memory"):
         resolved("--tp-size", "2")
+
+
+def test_each_launch_draws_its_own_speed_factor_seeded_and_documented():
+    """--emulator-launch-sd (issue 36): one factor exp(N(0, sd)) per launch on every modelled duration, so that
+    launch-to-launch variation can be tested end to end; a seed makes it reproducible, none draws afresh."""
+    args, unused = resolved("--tp-size", "8", "--emulator-launch-sd", "0.03", "--emulator-launch-seed", "7")
+    again, unused = resolved("--tp-size", "8", "--emulator-launch-sd", "0.03", "--emulator-launch-seed", "7")
+    other, unused = resolved("--tp-size", "8", "--emulator-launch-sd", "0.03", "--emulator-launch-seed", "8")
+    assert args.emulator_launch_factor == again.emulator_launch_factor != other.emulator_launch_factor
+    assert 0.85 < args.emulator_launch_factor < 1.15
+    factors = {resolved("--tp-size", "8", "--emulator-launch-sd", "0.03")[0].emulator_launch_factor for _n in range(5)}
+    assert len(factors) == 5  # unseeded: a fresh draw each launch
+    assert resolved("--tp-size", "8")[0].emulator_launch_factor == 1.0  # the default: the profile's speed
+    with pytest.raises(StartupError, match="--emulator-launch-sd"):
+        resolved("--tp-size", "8", "--emulator-launch-sd", "0.9")

@@ -64,7 +64,11 @@ def test_the_report_is_consistent_with_its_measurements(compare, spec):
         elif row["speedup_ci95"] is None:  # a level whose window held too few requests for an interval
             expected = "unclear"
         else:
-            expected = "pays" if low > 1 else "loses" if high < 1 else "unclear"
+            # The verdict reads the simultaneous interval over the comparison's levels (family-wise), which
+            # holds the level's own 95% interval inside it.
+            flo, fhi = row["speedup_ci_family"]
+            assert flo <= low and fhi >= high, row
+            expected = "pays" if flo > 1 else "loses" if fhi < 1 else "unclear"
         assert row["verdict"] == expected, row
     report = (folder / "report.md").read_text()
     assert spec in report and "baseline" in report

@@ -262,13 +262,13 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.append("## SGLang adaptive speculation")
         lines.append("")
         ranges = summary.get("speculate_ranges") or []
-        if ranges == [[1, None]]:
-            lines.append("This table keeps speculation on at every batch size measured.")
-        elif ranges:
+        if ranges:
             where = ", ".join(f"{a} to {b - 1}" if b else f"from {a}" for a, b in ranges)
-            lines.append(f"This table speculates at batch sizes {where}, where speculation clearly pays, and turns it "
-                         "off (candidate steps `[0]`, plain decode) everywhere else, unclear levels included; where "
-                         "it is on, SGLang's adaptive logic picks the step count from the acceptance it sees.")
+            lines.append(f"This table speculates at batch sizes {where}, from a level that clearly pays (family-wise) "
+                         "to the last level that clearly pays, and turns it off (candidate steps `[0]`, plain decode) "
+                         "everywhere else: unclear, failed, saturated and unmeasured levels included, below the lowest "
+                         "and above the highest level measured (SGLang's default rows there become `[0]`). Where it is "
+                         "on, SGLang's adaptive logic picks the step count from the acceptance it sees.")
         else:
             lines.append("This table turns speculation off at every batch size: it pays clearly at no level measured.")
         lines.append("SGLang 0.5.23 reads `--speculative-adaptive-config` as the path of a JSON file (saved next to this "
@@ -315,7 +315,20 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     lines.append("## Method")
     lines.append("")
     method = summary.get("method") or {}
-    lines.append(f"- Speedup interval: {method.get('speedup_ci95')}.")
+    if method.get("verdicts"):
+        family = summary.get("family") or {}
+        lines.append(f"- Verdicts (error rate {100 * (family.get('alpha') or 0.05):.0f}% over all "
+                     f"{family.get('levels', 'the')} levels at once): {method.get('verdicts')}.")
+    lines.append(f"- Speedup interval (per level, 95% for that level alone): {method.get('speedup_ci95')}.")
+    launch = summary.get("launch_variation") or {}
+    if method.get("launch_variation"):
+        floor = launch.get("floor")
+        held = ("held: levels measured in several launches carry it in their spread" if launch.get("held") and not floor
+                else f"held: this node's noise floor, sd {100 * floor['launch_sd']:.1f}% per launch on {floor['df']} "
+                     f"degrees of freedom from {len(floor['runs'])} run(s)" if floor
+                else "NOT held: one launch per mode and no noise floor for this node yet (compare_launches: 2 once "
+                     "measures and stores it)")
+        lines.append(f"- Launch-to-launch variation ({held}): {method.get('launch_variation')}.")
     lines.append(f"- Crossover: {method.get('crossover')}.")
     if summary.get("output_match"):
         lines.append(f"- Output match: {method.get('output_match')}.")
@@ -378,9 +391,10 @@ def _served_section(served: dict | None) -> list[str]:
 
 def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     lines = [f"## {spec_mode} against {base}, per level", ""]
-    lines.append(f"| C | {base} tok/s [95%] | {spec_mode} tok/s [95%] | speedup [95%] | per-stream speedup [95%] | "
+    lines.append(f"| C | {base} tok/s [95%] | {spec_mode} tok/s [95%] | speedup [95%, this level] | "
+                 "speedup [family-wise: all levels at once, decides the verdict] | per-stream speedup [95%] | "
                  f"TPOT speedup [95%] | verdict | accept length | TTFT p50 ms ({base} / {spec_mode}) | errors |")
-    lines.append("|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
+    lines.append("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
     for lv in comp.get("levels") or []:
         b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
         errors = "; ".join(_md(e) for e in (b.get("error"), s.get("error")) if e) or ""
@@ -394,6 +408,7 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
             f"| {_with_ci(b.get('output_tok_per_s'), b.get('output_tok_per_s_ci95'))} "
             f"| {_with_ci(s.get('output_tok_per_s'), s.get('output_tok_per_s_ci95'))} "
             f"| {_with_ci(lv.get('speedup'), lv.get('speedup_ci95'), 3)} "
+            f"| {_with_ci(lv.get('speedup'), lv.get('speedup_ci_family'), 3)} "
             f"| {_with_ci(lv.get('per_stream_speedup'), lv.get('per_stream_speedup_ci95'), 3)} "
             f"| {_with_ci(lv.get('tpot_speedup'), lv.get('tpot_speedup_ci95'), 3)} "
             f"| {lv.get('verdict')} "

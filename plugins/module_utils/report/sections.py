@@ -67,8 +67,11 @@ def traffic_lines(summary: dict) -> list[str]:
     for name, g in (traffic.get("gains") or {}).items():
         lines.append(f"- `{name}`: {_md(g.get('text'))}.")
     lines.append("")
-    lines.append("The gain is the share-weighted mean speedup over the known traffic (interpolated linear in log C "
-                 "between measured levels); traffic next to an unclear or failed level is unknown and traffic outside "
-                 "the measured levels is never extrapolated: neither counts as a gain.")
+    lines.append("The gain is by tokens: the tokens the series serves over the mix divided by the tokens the baseline "
+                 "serves over it (each concurrency weighed by its time share x the baseline's throughput there; the "
+                 "speedup interpolated linear in log C between measured levels). Every level counts, an unclear one "
+                 "with its uncertainty; traffic next to a failed, saturated or unmeasured level is unknown and traffic "
+                 "outside the measured levels is never extrapolated: neither counts as a gain. A served series is "
+                 "expected from the run, not measured: serve.yml's proof measures it.")
     lines.append("")
     return lines

@@ -18,12 +18,16 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``confounders``: what makes the comparison less than fair;
 - ``summarize``: one comparison, the host summary, the compact form the index carries;
 - ``pooling``: several runs of one mode (compare_launches, refinement rounds) pooled per level;
+- ``launch_noise``: launch-to-launch variation measured by relaunching, stored per node, held in
+  the intervals of later runs measured in one launch per mode;
 - ``refine``: the next refinement round;
 - ``output_match``: each mode's greedy outputs held against the baseline's;
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
 - ``schedule``: what serve.yml serves (the mode, vLLM's per-batch-size schedule);
-- ``serve_proof``: the served configuration's confirmatory sweep held against the run.
+- ``serve_proof``: the served configuration's confirmatory sweep held against the run;
+  ``proof_rule``: what each level of that proof is held against (the static counterpart where the
+  plan speculates, the baseline where it does not) and its family-wise verdicts.
 """
 
 from __future__ import annotations
@@ -31,9 +35,14 @@ from __future__ import annotations
 from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, fmt_conc
 from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
-from .intervals import borrow_ci, level_figures, log_half_width, ratio_ci
+from .intervals import borrow_ci, family_ci, level_figures, log_half_width, ratio_ci
+from .launch_noise import LAUNCH_METHOD
+from .launch_noise import estimate as launch_estimate
+from .launch_noise import floor_from as launch_floor_from
+from .launch_noise import widen as launch_widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
+from .proof_rule import family_proof_verdicts, proof_references, static_counterpart
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
     adaptive_table,
@@ -50,15 +59,19 @@ from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, 
 from .traffic_prometheus import bin_running, check_traffic_input, read_traffic, resolve_traffic
 from .verdict import (
     FAILED,
+    FAMILY_ALPHA,
+    FAMILY_METHOD,
     LOSES,
     PAYS,
     SATURATED,
     STARTS,
     STOPS,
     UNCLEAR,
+    family_z,
     level_failure,
     level_saturation,
     level_verdict,
+    paying_runs,
     regions,
     series_status,
 )
@@ -74,6 +87,8 @@ __all__ = [
     "BASELINE_SERVED", "served_series",
     "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
+    "LAUNCH_METHOD", "launch_estimate", "launch_floor_from", "launch_widen", "family_ci", "FAMILY_METHOD",
+    "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
     "traffic_gains", "check_traffic_input", "resolve_traffic",

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 
-from .common import _num, _rnd
+from .common import _interval, _num, _rnd
 from .intervals import log_half_width
 from .verdict import level_verdict
 
@@ -63,8 +63,10 @@ def category_rows(base_level: dict | None, spec_level: dict | None, row: dict) -
     acceptance; its share of the level's tokens barely moves with it and is not its speedup.
 
     95% interval (on the log scale): the level's own (its speedup interval's half-width) and the
-    category's accept length's, 1.96 / sqrt(verify steps): tokens per verify step are a
-    (truncated) geometric count whose standard deviation is below its mean. A verdict per
+    category's accept length's: the client's cluster-robust interval by request
+    (``accept_length_ci95``, specbench_client/categories.py: verify steps within one request share
+    its prompt's acceptance, so they are not independent), else, for results from before it,
+    1.96 / sqrt(verify steps). A verdict per
     category (pays / loses / unclear) from that interval, as for a level; at a saturated or failed
     level, that level's verdict."""
     b_cats, s_cats = _categories(base_level), _categories(spec_level)
@@ -78,8 +80,13 @@ def category_rows(base_level: dict | None, spec_level: dict | None, row: dict) -
         speedup = ci = None
         if accept and ratio:
             speedup = accept / ratio
-            if level_w is not None and steps > 0:
-                w = math.hypot(level_w, 1.96 / math.sqrt(steps))
+            accept_ci = _interval(s.get("accept_length_ci95"))
+            # The client's cluster-robust interval by request (specbench_client/categories.py) when it gave one:
+            # steps within one request share its prompt's acceptance. Older results: 1.96 / sqrt(verify steps).
+            accept_w = (log_half_width(accept, accept_ci) if accept_ci
+                        else 1.96 / math.sqrt(steps) if steps > 0 else None)
+            if level_w is not None and accept_w is not None:
+                w = math.hypot(level_w, accept_w)
                 ci = [speedup * math.exp(-w), speedup * math.exp(w)]
         out.append({"category": name, "accept_length": _rnd(accept), "verify_steps": steps or None,
                     "throughput_share": _rnd(_num(s.get("throughput_share"))),

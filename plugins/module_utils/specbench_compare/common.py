@@ -25,6 +25,7 @@ ARGUMENT_SPEC = {
     "output_match_min": {"type": "float", "default": 0.95},
     "traffic": {"type": "raw"},
     "validate_only": {"type": "bool", "default": False},
+    "noise_floor_max_age_days": {"type": "float", "default": 30.0},
     "refine": {
         "type": "dict",
         "options": {

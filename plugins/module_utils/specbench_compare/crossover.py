@@ -7,7 +7,8 @@ the first that clearly loses (or the reverse). Between two levels the speedup cu
 measured, and the emulator's own profiles are curved enough in log(concurrency) that an
 interpolation-based interval (a bootstrap through the log-linear line) excluded the true
 crossing (kimi-k2.5-moe: true 17.43, such an interval 14.03 to 15.93; the bracket is 10 to 30).
-Each end of the bracket is a level whose 95% interval lies on its side of 1, so the bracket
+Each end of the bracket is a level whose simultaneous (family-wise 95%, verdict.FAMILY_METHOD)
+interval lies on its side of 1, so the bracket
 holds the crossing unless one of those two clear verdicts is wrong (at most 2.5% each when the
 speedup changes sign once between them). Only more levels narrow it (compare_refine). The
 log-linear interpolation between the levels is reported inside it, labelled as an estimate.
@@ -18,13 +19,27 @@ from __future__ import annotations
 import math
 
 from .common import _interval, _num, _rnd, fmt_conc
-from .verdict import CLEAR, FAILED, PAYS, STARTS, STOPS, UNCLEAR, gaps, level_verdict, regions, series_status
+from .verdict import (
+    CLEAR,
+    FAILED,
+    PAYS,
+    SATURATED,
+    STARTS,
+    STOPS,
+    UNCLEAR,
+    gaps,
+    level_verdict,
+    paying_runs,
+    regions,
+    series_status,
+)
 
 CROSSOVER_METHOD = (
-    "each level pays (speedup interval above 1), loses (below 1), is unclear (across 1) or failed (a mode measured "
-    "nothing); a level where the client or the engine was saturated is no evidence and is left out; contiguous "
+    "each level pays (its simultaneous interval, verdicts.family, above 1), loses (below 1), is unclear (across 1, "
+    "or not measured in a mode) or failed (a mode measured nothing); "
+    "a level where the client or the engine was saturated is no evidence and is left out; contiguous "
     "levels with one verdict form a region, and no unclear or failed level is read as its neighbours' verdict; each "
-    "change between a paying and a losing region is a crossing, and its 95% interval is the model-free bracket "
+    "change between a paying and a losing region is a crossing, and its interval is the model-free bracket "
     "between the last level that clearly pays and the first that clearly loses (or the reverse); the point inside it "
     "is a log-linear interpolation of the speedup between the levels, an estimate, since the curve between levels is "
     "not measured; crossover_concurrency is where the lowest-concurrency paying region ends"
@@ -76,36 +91,45 @@ def crossover(levels: list[dict]) -> dict:
     """
     notes: list[str] = []
     excluded, missing, points, values = [], [], [], []
+    every: list[tuple[float, str]] = []  # every level, saturated ones included: the speculation rule's input
     for lv in sorted((lv for lv in levels if _num(lv.get("concurrency"))), key=lambda lv: lv["concurrency"]):
         conc = float(lv["concurrency"])
         speedup = _num(lv.get("speedup"))
+        # The simultaneous interval decides (verdict.FAMILY_METHOD); a hand-made series without one: its 95%.
+        ci = lv.get("speedup_ci_family") if "speedup_ci_family" in lv else lv.get("speedup_ci95")
         if lv.get("saturated"):
             excluded.append({"concurrency": conc, "reasons": list(lv["saturated"])})
         elif lv.get("failed"):
             points.append((conc, FAILED))
             values.append(None)
         elif speedup is None or speedup <= 0:
+            # Not measured in a mode: unclear, a region of its own, never its neighbours' verdict.
             missing.append(conc)
+            points.append((conc, UNCLEAR))
+            values.append(None)
         else:
-            if _interval(lv.get("speedup_ci95")) is None:
-                notes.append(f"C={conc:g} has no interval on its speedup: the verdict takes it as exact")
-            points.append((conc, level_verdict(speedup, lv.get("speedup_ci95"))))
+            if _interval(ci) is None:
+                notes.append(f"C={conc:g} has no interval on its speedup: unclear, no claim is made there")
+            points.append((conc, level_verdict(speedup, ci)))
             values.append(speedup)
+        every.append((conc, SATURATED if lv.get("saturated") else points[-1][1] if points and points[-1][0] == conc
+                      else UNCLEAR))
     if missing:
-        notes.append(f"C={_conc_list(missing)} has no speedup (a mode not measured there): the regions join the "
-                     "levels on either side")
+        notes.append(f"C={_conc_list(missing)} has no speedup (a mode not measured there): unclear, never its "
+                     "neighbours' verdict; no speculation across it")
     if excluded:
         notes.append(f"C={_conc_list([e['concurrency'] for e in excluded])}: no evidence about the node (saturated: "
                      + "; ".join(f"C={e['concurrency']:g}: {', '.join(e['reasons'])}" for e in excluded)
-                     + "): left out of the verdict, the regions and the crossover")
+                     + "): left out of the verdict, the regions and the crossover; no speculation across it")
     failed = [c for c, v in points if v == FAILED]
     if failed:
         notes.append(f"C={_conc_list(failed)} failed in a mode: a region of its own, no verdict across it; "
                      "refinement measures it again")
     out = {"concurrency": None, "ci95": None, "ci95_text": None, "bracket": None, "regions": [], "crossings": [],
            "gaps": [], "failed": failed, "excluded": excluded, "notes": notes,
-           "measured": [points[0][0], points[-1][0]] if points else None}
-    if not points:
+           "measured": [points[0][0], points[-1][0]] if points else None,
+           "paying_runs": paying_runs(every)}
+    if not failed and all(v is None for v in values):
         return dict(out, status="unknown", text="no level has both modes measured with evidence: no verdict can be given")
     regs = regions(points)
     status = series_status(regs)
@@ -138,8 +162,9 @@ def crossover(levels: list[dict]) -> dict:
 def _verdict_text(status, regs, crossings, main, value_at) -> str:
     c_min, c_max = regs[0]["from_concurrency"], regs[-1]["to_concurrency"]
     if status == UNCLEAR:
-        return (f"unclear: at no level measured (C={c_min:g} to {c_max:g}) is the difference clear: the speedup's 95% "
-                "interval straddles 1 (or a mode failed); repeat the levels (compare_launches) or lengthen the window")
+        return (f"unclear: at no level measured (C={c_min:g} to {c_max:g}) is the difference clear: the speedup's "
+                "family-wise interval straddles 1 (or a mode failed); repeat the levels (compare_launches) or lengthen "
+                "the window")
     if status == "pays_everywhere":
         return f"speculation pays clearly at every level measured, up to C={c_max:g}"
     if status == "never_pays":

@@ -113,3 +113,12 @@ def level_figures(level: dict) -> dict:
         "tpot_ms_ci95": list(tpot_ci) if tpot_ci else None,
         "borrowed": borrowed,
     }
+
+
+def family_ci(estimate: float | None, ci95, z_family: float, z_level: float = 1.959964) -> list[float] | None:
+    """The simultaneous interval: ``ci95``'s log half-width scaled from ``z_level`` to ``z_family``."""
+    estimate, ci = _num(estimate), _interval(ci95)
+    if estimate is None or estimate <= 0 or ci is None:
+        return None
+    width = log_half_width(estimate, ci) * z_family / z_level
+    return [estimate * math.exp(-width), estimate * math.exp(width)]

@@ -54,6 +54,16 @@ def pool_runs(runs: list[tuple[str | None, dict]]) -> dict:
         entries = by_conc[conc]
         pooled = pool_level([lv for unused, lv in entries])
         pooled["launches"] = len(entries)
+        # A launch that measured nothing keeps the level failed (and the run incomplete): pooling the
+        # launches left would read one launch as the design's evidence. A refinement round that
+        # measured the level again heals it.
+        lost = [(tag, why) for tag, lv in entries if (why := level_failure(lv)) and not (tag or "").startswith("refine")]
+        healed = any((tag or "").startswith("refine") and not level_failure(lv) for tag, lv in entries)
+        if lost and len(entries) > 1 and not healed:
+            tag, why = lost[0]
+            pooled.update(output_tok_per_s=None, output_tok_per_s_ci95=None,
+                          error=f"launch {tag or 'launch1'} of {len(entries)} failed at C={conc}: {why}; the level stays "
+                                "failed (refinement or a new run measures it again)")
         pooled["refined"] = all((tag or "").startswith("refine") for tag, unused in entries)
         levels.append(pooled)
     base["levels"] = levels
@@ -112,6 +122,7 @@ def pool_level(levels: list[dict]) -> dict:
     out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
+    out["launch_ci95"] = [[round(ci[0], 3), round(ci[1], 3)] if ci else None for unused, unused_x, ci in usable]
     out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
     # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
     # comparison borrows the throughput's relative width for them).

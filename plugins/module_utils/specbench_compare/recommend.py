@@ -8,7 +8,7 @@ import math
 
 from .common import fmt_conc
 from .crossover import ADD_LEVELS_RATIO
-from .verdict import FAILED, LOSES, PAYS, STARTS, STOPS, UNCLEAR
+from .verdict import FAILED, LOSES, PAYS, STOPS, UNCLEAR
 
 # SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
 # from batch size N, the candidate draft-step counts; 0 is plain decode.
@@ -16,45 +16,19 @@ SGLANG_DEFAULT_ADAPTIVE = {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "64"
 
 
 def speculate_ranges(cross: dict, c_min: float | None = None) -> list[list]:
-    """Concurrency ranges to speculate in, [from, below) with below None for open: from clear verdicts only.
+    """Concurrency ranges to speculate in, ``[from, below)``: the one speculation rule (verdict.paying_runs).
 
-    A paying region's range starts at 1 when it is the lowest region, at ceil(y) after a
-    starts_paying crossing at y, else at its first level (below it the data cannot tell); it ends
-    at ceil(x) at a stops_paying crossing at x whose next region loses (but just above its last level
-    when an unclear, failed or saturated region lies between: speculation is never on without
-    evidence), stays open when the region is the highest (it pays clearly at the top level), else
-    ends just above its last level (above it the data cannot tell).
+    From a level that clearly pays (family-wise) to the last level that clearly pays after it with
+    no other level between: never across a level that is missing, unclear, failed or saturated,
+    never below the lowest or above the highest level measured. ``below`` is the last paying
+    level + 1 (never open). A hand-made ``cross`` without ``paying_runs`` reads its regions.
     """
     del c_min
-    status = cross.get("status")
-    regs = cross.get("regions") or []
-    if status == "pays_everywhere" and not regs:
-        return [[1, None]]
-    if status == "crosses" and not cross.get("crossings") and cross.get("concurrency"):
-        return [[1, max(1, math.ceil(cross["concurrency"] - 1e-9))]]
-    crossings = cross.get("crossings") or []
-    ranges: list[list] = []
-    for n, reg in enumerate(regs):
-        if reg["verdict"] != PAYS:
-            continue
-        start = next((c for c in crossings if c["direction"] == STARTS and c["bracket"][1] == reg["from_concurrency"]),
-                     None)
-        stop = next((c for c in crossings if c["direction"] == STOPS and c["bracket"][0] == reg["to_concurrency"]), None)
-        if start:
-            first = max(1, math.ceil(start["concurrency"] - 1e-9))
-        else:
-            first = 1 if n == 0 else int(math.ceil(reg["from_concurrency"]))
-        nxt = regs[n + 1] if n + 1 < len(regs) else None
-        if stop and nxt is not None and nxt["verdict"] != LOSES:
-            # The crossing's bracket spans an unclear, failed or saturated stretch: no evidence that
-            # speculation pays there, so it stops just above the last level that clearly pays.
-            below = int(math.floor(reg["to_concurrency"])) + 1
-        elif stop:
-            below = max(first + 1, math.ceil(stop["concurrency"] - 1e-9))
-        else:
-            below = None if n == len(regs) - 1 else int(math.floor(reg["to_concurrency"])) + 1
-        ranges.append([first, below])
-    return ranges
+    runs = cross.get("paying_runs")
+    if runs is None:
+        runs = [[r["from_concurrency"], r["to_concurrency"]] for r in cross.get("regions") or []
+                if r.get("verdict") == PAYS]
+    return [[max(1, int(math.ceil(first))), int(math.floor(last)) + 1] for first, last in runs]
 
 
 def _default_row(rows: list, bs: int) -> list[int]:
@@ -122,13 +96,14 @@ def sglang_adaptive_config(table: dict) -> dict:
 
 
 def _ranges_words(ranges: list[list]) -> str:
-    """[[1, 3], [30, None]] -> "below 3 and again from 30"."""
+    """[[1, 3], [30, 71]] -> "from C=1 to C=2 and again from C=30 to C=70" (each end a level that clearly pays)."""
     words = []
     for start, below in ranges:
-        if start <= 1:
-            words.append("at every concurrency" if below is None else f"below {below}")
+        last = None if below is None else below - 1
+        if last is None:
+            words.append(f"from C={start}")
         else:
-            words.append(f"from {start}" if below is None else f"from {start} to below {below}")
+            words.append(f"at C={start}" if last <= start else f"from C={start} to C={last}")
     return " and again ".join(words)
 
 
@@ -175,9 +150,9 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         table = adaptive_table_for([])
     where = _ranges_words(ranges) if ranges else "nowhere"
     if status == "crosses":
-        text = (f"Speculate ({spec_mode}) below concurrency {below}; from {below} concurrent requests run without "
-                "speculation." if below else
-                f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation.")
+        text = (f"Speculate ({spec_mode}) up to concurrency {below - 1}, the last level that clearly pays; from {below} "
+                "concurrent requests run without speculation." if below else
+                f"Speculate ({spec_mode}) {where}; elsewhere run without speculation.")
         text += f" It stops paying between C={_bracket_words(cross)}"
         gap = cross.get("bracket") or [None, None]
         if gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
@@ -185,7 +160,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
                      "(compare_refine: true) to pin it down.")
     elif status in ("multiple", "loses_then_pays"):
         n = len(cross.get("crossings") or [])
-        text = (f"Speculate ({spec_mode}) at concurrency {where}; elsewhere run without speculation: the verdict "
+        text = (f"Speculate ({spec_mode}) {where}; elsewhere run without speculation: the verdict "
                 + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
                 + f" ({'; '.join(_crossing_words(c) for c in cross.get('crossings') or [])}). SGLang's adaptive config "
                 "below turns speculation on and off by batch size.")
@@ -194,9 +169,10 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
                 "level measured there.")
     elif status == "pays_everywhere":
         text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
-                "level. Add higher levels to find where it stops paying.")
+                f"level. Above C={c_max:g} nothing was measured: the table runs without speculation there (SGLang's "
+                "default rows above it become steps [0]). Add higher levels to find where it stops paying.")
     elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
-        text = (f"Speculate ({spec_mode}) at concurrency {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
+        text = (f"Speculate ({spec_mode}) {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
                 f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
                 "(compare_launches: 2 or more, longer windows, compare_refine: true); until then the table below runs "
                 "without speculation there.")
@@ -233,8 +209,8 @@ def _bracket_words(cross: dict) -> str:
     point = fmt_conc(cross.get("concurrency"))
     if lo is None:
         return f"{point} (95% interval {cross.get('ci95_text') or 'not given'})."
-    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the 95% "
-            f"interval); {point} is a log-linear interpolation between the levels, an estimate.")
+    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the interval, "
+            f"family-wise 95%); {point} is a log-linear interpolation between the levels, an estimate.")
 
 
 def _crossing_words(cross: dict) -> str:

@@ -10,22 +10,24 @@ there carries the LAST range's k to every batch size above it (up to max_num_seq
 batch size means no drafting. So the schedule here always spells out every batch size from 1 to the
 server's max_num_seqs, and ends with k = 0 unless speculation clearly pays at the top.
 
-The rule (speculation never on beyond evidence): k at the batch sizes from a level that clearly
-pays through the next level when that one clearly pays too (both ends of the stretch pay); 0
-everywhere else: at levels that lose, are unclear, failed or were saturated (no evidence), from
-the batch size after a paying level when the next level does not pay (the crossover bracket's
-lower end), below the lowest level measured when it is above 1, and above the highest level
-measured. Where no level pays, no schedule: the baseline is served.
+The rule is the one speculation rule SGLang's table and the recommendation follow too
+(``verdict.paying_runs``): k at the batch sizes from a level that clearly pays (family-wise) to
+the last clearly paying level after it with no other level between; 0 everywhere else: at levels
+that lose, are unclear, not measured, failed or saturated (no evidence), from the batch size after
+the last paying level of a stretch, below the lowest level measured when it is above 1, and above
+the highest level measured. Where no level pays, no schedule: the baseline is served.
 """
 
 from __future__ import annotations
 
 from .common import BASELINE
-from .verdict import BASELINE_SERVED, PAYS
+from .traffic import traffic_gain
+from .verdict import BASELINE_SERVED, PAYS, paying_runs
 
-SCHEDULE_RULE = ("k from a level that clearly pays through the next one when it pays too; 0 at levels that lose, are "
-                 "unclear, failed or saturated, from the batch size after a paying level when the next does not pay "
-                 "(the crossover bracket's lower end), below the lowest and above the highest level measured")
+SCHEDULE_RULE = ("k from a level that clearly pays (family-wise) to the last clearly paying level after it, no other "
+                 "level between; 0 at levels that lose, are unclear, not measured, failed or saturated, from the batch "
+                 "size after the last paying level of a stretch, below the lowest and above the highest level measured "
+                 "(the same rule as SGLang's adaptive table)")
 
 
 def vllm_schedule(levels: list[dict], k: int, max_batch: int) -> list[list[int]] | None:
@@ -40,14 +42,9 @@ def vllm_schedule(levels: list[dict], k: int, max_batch: int) -> list[list[int]]
         raise ValueError(f"max_num_seqs must be a positive integer, got {max_batch!r}")
     rows = sorted((int(r["concurrency"]), r.get("verdict")) for r in levels if isinstance(r.get("concurrency"), int))
     per_bs = [0] * (max_batch + 1)  # index = batch size; 0 unused
-    for n, (conc, verdict) in enumerate(rows):
-        if verdict != PAYS or conc > max_batch:
-            continue
-        per_bs[conc] = k
-        nxt = rows[n + 1] if n + 1 < len(rows) else None
-        if nxt and nxt[1] == PAYS:
-            for bs in range(conc, min(nxt[0], max_batch + 1)):
-                per_bs[bs] = k
+    for first, last in paying_runs(rows):
+        for bs in range(int(first), min(int(last), max_batch) + 1):
+            per_bs[bs] = k
     if not any(per_bs):
         return None
     out: list[list[int]] = []
@@ -97,20 +94,29 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
     adaptive_config, text}``.
 
     SGLang and the emulator: the primary comparison's recommendation. Speculation pays at every
-    level measured -> that mode as is; pays only somewhere -> ``<mode>-adaptive`` with the run's
-    adaptive table (turning it off elsewhere); pays nowhere (or no clear level) -> the baseline.
-    vLLM: among the speculative modes compared, the one that clearly pays at the most levels (ties:
-    the larger product of its paying speedups; then compare_modes' order), with its schedule
-    (``vllm_schedule``); the baseline where none pays. ``serve_mode`` overrides the choice (for
-    vLLM a speculative mode keeps the schedule derived from its own levels, the baseline none).
+    level from 1 up to the server's running cap -> that mode as is; otherwise, where it pays
+    somewhere -> ``<mode>-adaptive`` with the run's adaptive table (on from a clearly paying level to
+    the last clearly paying one, off elsewhere and above the top level measured); pays nowhere (or
+    no clear level) -> the baseline.
+    vLLM: among the speculative modes that clearly pay somewhere, the one with the highest expected
+    gain of its schedule (``traffic_gain`` of ``served_series``, by tokens, on compare_traffic when
+    given, else an even share of time at each level measured; ties: compare_modes' order), with its
+    schedule (``vllm_schedule``); the baseline where none pays. ``expected_gain`` carries each
+    candidate's gain and interval: expected from the run, not measured (serve.yml's proof measures it).
+    ``serve_mode`` overrides the choice (for vLLM a speculative mode keeps the schedule derived from its
+    own levels, the baseline none).
     """
     base = summary.get("baseline_mode") or BASELINE
     comps = summary.get("comparisons") or {}
     if engine == "vllm":
         candidates = [m for m in comps if not m.endswith("-adaptive")]
+        gains = {}
         if serve_mode is None:
-            ranked = sorted(candidates, key=lambda m: (-len(_paying(comps[m])), -_product(_paying(comps[m]))))
-            serve_mode = next((m for m in ranked if _paying(comps[m])), base)
+            # By expected gain (traffic-weighted when traffic is given, else an even share of time at each
+            # level measured), never by counting paying levels: 1.6x at 3 levels beats 1.03x at 4.
+            gains = {m: _expected_gain(summary, m, engine) for m in candidates if _paying(comps[m])}
+            ranked = sorted(gains, key=lambda m: (-(gains[m].get("gain") or 0.0), candidates.index(m)))
+            serve_mode = ranked[0] if ranked else base
         if serve_mode == base:
             return _plan(serve_mode, engine, None, None, "the baseline: speculation clearly pays at no "
                          "level measured" if not any(_paying(comps[m]) for m in candidates) else "the baseline (asked for)")
@@ -124,8 +130,20 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
         schedule = vllm_schedule(comps[serve_mode]["levels"], k, max_batch)
         if schedule is None:
             return _plan(base, engine, None, None, f"the baseline: {serve_mode} clearly pays at no level measured")
-        return _plan(serve_mode, engine, schedule, None,
+        plan = _plan(serve_mode, engine, schedule, None,
                      f"{serve_mode} with num_speculative_tokens_per_batch_size: {schedule_words(schedule)}")
+        if gains:
+            plan["expected_gain"] = {m: {k: g.get(k) for k in ("gain", "gain_ci95", "verdict", "weighed")}
+                                     for m, g in gains.items()}
+            mine = gains[serve_mode]
+            if mine.get("gain") is not None:
+                plan["text"] += (f"; chosen by expected gain {mine['gain']:.2f}x [{mine['gain_ci95'][0]:.2f}, "
+                                 f"{mine['gain_ci95'][1]:.2f}] (95%, {_gain_basis(summary)}; expected from the run, "
+                                 "not measured: serve.yml's proof measures it)")
+                others = [f"{m} {g['gain']:.2f}x" for m, g in gains.items() if m != serve_mode and g.get("gain")]
+                if others:
+                    plan["text"] += " over " + ", ".join(others)
+        return plan
     spec = summary.get("spec_mode")
     if serve_mode is not None:
         table = summary.get("adaptive_config") if serve_mode.endswith("-adaptive") else None
@@ -133,18 +151,40 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
     ranges = summary.get("speculate_ranges") or []
     if not spec or not ranges:
         return _plan(base, engine, None, None, "the baseline: speculation clearly pays at no level measured")
-    if ranges == [[1, None]]:
-        return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured")
+    cap = ((summary.get("servers") or {}).get(spec) or {}).get("running_cap")
+    if len(ranges) == 1 and ranges[0][0] <= 1 and (ranges[0][1] is None or (cap and ranges[0][1] > cap)):
+        # It pays clearly at every level up to the server's running cap: no batch size is left unmeasured.
+        return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured, up to the server's "
+                     f"running cap ({cap})")
     adaptive = spec if spec.endswith("-adaptive") else f"{spec}-adaptive"
     return _plan(adaptive, engine, None, summary.get("adaptive_config"),
                  f"{adaptive} with the run's adaptive table: speculation on where {spec} clearly pays, off elsewhere")
 
 
-def _product(values: list[float]) -> float:
-    out = 1.0
-    for value in values:
-        out *= value
-    return out
+def _gain_traffic(summary: dict) -> list[dict]:
+    """The traffic the mode choice weighs by: the run's compare_traffic, else an even share at each level."""
+    given = (summary.get("traffic") or {}).get("traffic")
+    if given:
+        return given
+    concs = sorted({r["concurrency"] for comp in (summary.get("comparisons") or {}).values()
+                    for r in comp.get("levels") or [] if isinstance(r.get("concurrency"), (int, float))})
+    return [{"concurrency": c, "share": 1.0 / len(concs)} for c in concs]
+
+
+def _gain_basis(summary: dict) -> str:
+    return ("tokens served on compare_traffic" if (summary.get("traffic") or {}).get("traffic")
+            else "tokens served, an even share of time at each level measured")
+
+
+def _expected_gain(summary: dict, mode: str, engine: str) -> dict:
+    """traffic_gain of what serving ``mode`` with its schedule would serve (served_series)."""
+    try:
+        plan = serve_plan(summary, engine, mode)
+    except ValueError:
+        return {"gain": None}
+    name, series = served_series(summary, plan)
+    traffic = _gain_traffic(summary)
+    return traffic_gain(series, traffic, name) if series and traffic else {"gain": None}
 
 
 def _plan(mode, engine, schedule, adaptive_config, text) -> dict:
@@ -184,8 +224,11 @@ def served_series(summary: dict, plan: dict) -> tuple[str, list[dict]]:
         return f"served: {plan['mode']}", []
     lo, hi = min(r["concurrency"] for r in rows), max(r["concurrency"] for r in rows)
 
+    bases = {r["concurrency"]: r.get("baseline_tok_per_s") for r in rows}
+
     def off(conc: float) -> dict:
-        return {"concurrency": conc, "speedup": 1.0, "speedup_ci95": [1.0, 1.0], "verdict": BASELINE_SERVED}
+        return {"concurrency": conc, "speedup": 1.0, "speedup_ci95": [1.0, 1.0], "verdict": BASELINE_SERVED,
+                "baseline_tok_per_s": bases.get(conc)}
 
     out = {r["concurrency"]: (r if plan["mode"] != base and _on_at(plan, summary, r["concurrency"])
                               else off(r["concurrency"])) for r in rows}

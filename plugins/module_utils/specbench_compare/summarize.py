@@ -16,12 +16,46 @@ from .breakdown import (
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
-from .intervals import _stat, level_figures, ratio_ci
+from .intervals import _stat, family_ci, level_figures, ratio_ci
+from .launch_noise import LAUNCH_METHOD, estimate, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
-from .verdict import FAILED, SATURATED, level_failure, level_saturation, level_verdict
+from .verdict import (
+    FAILED,
+    FAMILY_ALPHA,
+    FAMILY_METHOD,
+    LOSES,
+    PAYS,
+    SATURATED,
+    UNCLEAR,
+    family_z,
+    level_failure,
+    level_saturation,
+    level_verdict,
+)
+
+
+def _family_wise(rows: list[dict]) -> int:
+    """Each level's verdict from the simultaneous interval over the comparison's levels (FAMILY_METHOD).
+
+    The family is every level with a speedup (saturated and failed levels make no claim); each gets
+    ``speedup_ci_family`` and its verdict from it; ``speedup_ci95`` stays, the level's own 95%
+    interval. Per-category verdicts are one family of their own (every category row with an
+    interval). Returns the family's size."""
+    family = [r for r in rows if r["verdict"] in (PAYS, LOSES, UNCLEAR) and r.get("speedup") is not None]
+    z = family_z(len(family))
+    for row in family:
+        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z)
+        row["speedup_ci_family"] = _rnd_pair(ci)
+        row["verdict"] = level_verdict(row["speedup"], row["speedup_ci_family"])
+    cats = [c for r in family for c in r.get("categories") or [] if c.get("speedup_ci95")]
+    z_cat = family_z(len(cats))
+    for cat in cats:
+        cat["speedup_ci_family"] = _rnd_pair(family_ci(cat["speedup"], cat["speedup_ci95"], z_cat))
+        cat["verdict"] = level_verdict(cat["speedup"], cat["speedup_ci_family"])
+    return len(family)
 
 
 def _mode_level_row(level: dict) -> dict:
@@ -56,8 +90,12 @@ def _levels_by_conc(result: dict | None) -> dict:
     return out
 
 
-def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str) -> dict:
-    """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation."""
+def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str,
+                 launch_floor: dict | None = None) -> dict:
+    """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation.
+
+    ``launch_floor`` (launch_noise.floor_from: the node's stored launch-to-launch variation) widens
+    each level measured in one launch per mode (launch_noise.widen) before the verdicts."""
     b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
     rows = []
     borrowed = set()
@@ -90,15 +128,31 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         cats = category_rows(bl, sl, row)
         if cats:
             row["categories"] = cats
+        row["baseline_tok_per_s"] = _rnd(bf["throughput"], 3) if bf else None
+        from_floor = pooled_ci(row["speedup"], bl, sl, launch_floor)
+        if from_floor:  # pooled launches, and a node floor with more degrees of freedom (launch_noise)
+            row["speedup_ci95_launches"] = row["speedup_ci95"]
+            row["speedup_ci95"] = from_floor
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
         row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
+    widened = widen(rows, launch_floor)
+    family_size = _family_wise(rows)
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
     rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
+    single = [r["concurrency"] for r in rows if r.get("speedup_ci95") and (r.get("launches") or 1) == 1]
+    if launch_floor and single:
+        notes.append(f"launch-to-launch variation: the node's noise floor (sd {100 * launch_floor['launch_sd']:.1f}% "
+                     f"per launch, {launch_floor['df']} degrees of freedom, from {len(launch_floor['runs'])} run(s)) is "
+                     f"in the intervals of the {len(single)} level(s) measured in one launch per mode")
+    elif single:
+        notes.append("launch-to-launch variation is NOT in the intervals: every level was measured in one launch per "
+                     "mode and this node has no noise floor yet (run compare with compare_launches: 2 once: it measures "
+                     "and stores it); a second launch may read outside these intervals")
     if borrowed:
         notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
     return {
@@ -122,6 +176,10 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "adaptive_config": rec["adaptive_config"],
         "notes": notes,
         "categories_paying": paying_longest(rows),
+        "launch_variation": {"floor": launch_floor, "widened": widened,
+                             "held": bool(launch_floor) or not single, "method": LAUNCH_METHOD},
+        "family": {"levels": family_size, "alpha": FAMILY_ALPHA, "z": _rnd(family_z(family_size), 3),
+                   "method": FAMILY_METHOD},
         "levels": rows,
     }
 
@@ -187,6 +245,7 @@ def summarize_host(
     outcomes: dict | None = None,
     output_match_min: float = OUTPUT_MATCH_MIN,
     traffic: dict | None = None,
+    launch_floor: dict | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
 
@@ -197,6 +256,9 @@ def summarize_host(
     ``traffic`` is {traffic: [{concurrency, share}], source} (``traffic.parse_traffic`` or
     ``traffic_prometheus.read_traffic``): each mode's expected gain on it goes in ``traffic``.
     The first speculative mode in ``modes`` gives the top-level crossover and recommendation.
+    ``launch_floor``: the node's stored launch-to-launch variation (launch_noise), held in the
+    intervals of levels measured in one launch per mode; ``launch_variation`` says what this run
+    measured of it (``measured``, for the node's floor) and what was held.
     """
     outcomes = dict(outcomes or {})
     if modes is None:
@@ -242,7 +304,8 @@ def summarize_host(
     if separate and not any(_levels_by_conc(r) for r in results.values()):
         headline = separate[0]  # every level ran per category: the first category's is the headline comparison
         results = {m: only_category(r, headline) for m, r in results.items()}
-    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m) for m in spec_modes}
+    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m, launch_floor)
+                   for m in spec_modes}
     matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)
     primary = comparisons[spec_modes[0]] if spec_modes else None
@@ -261,8 +324,13 @@ def summarize_host(
         "status": "complete" if not incomplete else ("failed" if not results else "incomplete"),
         "incomplete_reasons": incomplete,
         "confounders": conf,
-        "method": {"speedup_ci95": CI_METHOD, "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD,
-                   "traffic": TRAFFIC_METHOD, "speedup_terms": TERMS_METHOD},
+        "launch_variation": {"measured": estimate({m: r for m, r in results.items() if m in modes}),
+                             "floor": launch_floor, "method": LAUNCH_METHOD,
+                             "held": all((c.get("launch_variation") or {}).get("held")
+                                         for c in comparisons.values())},
+        "method": {"verdicts": FAMILY_METHOD, "launch_variation": LAUNCH_METHOD, "speedup_ci95": CI_METHOD,
+                   "crossover": CROSSOVER_METHOD, "output_match": OUTPUT_MATCH_METHOD, "traffic": TRAFFIC_METHOD,
+                   "speedup_terms": TERMS_METHOD},
         "output_match": matches,
         "output_match_min": output_match_min,
     }
@@ -285,6 +353,7 @@ def summarize_host(
         "adaptive_config",
         "notes",
         "categories_paying",
+        "family",
         "levels",
     )
     for key in keys:
@@ -333,7 +402,11 @@ def summarize_host(
         except ValueError:
             name, series = None, []
         if name and series:
-            summary["traffic"]["gains"][name] = traffic_gain(series, summary["traffic"]["traffic"], name)
+            gain = traffic_gain(series, summary["traffic"]["traffic"], name)
+            # Never the served configuration's measured gain: serve.yml's proof measures that (serve.json).
+            gain["basis"] = "expected from the run's levels, not measured: serve.yml's proof measures it"
+            gain["text"] = f"expected, not measured: {gain['text']}"
+            summary["traffic"]["gains"][name] = gain
     return summary
 
 

@@ -2,7 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Per-level verdicts and the regions they form.
 
-Each level pays (its speedup's 95% interval lies above 1), loses (below 1), is unclear (the
+Each level pays (its speedup's interval lies above 1: the simultaneous one over all the
+comparison's levels, FAMILY_METHOD, in compare_pair), loses (below 1), is unclear (the
 interval straddles 1) or failed (a mode measured nothing there: every request failed, no output
 token arrived). A level where the client or the engine was saturated is no evidence about the
 node: it gets no verdict and stays out of the regions (``saturation`` names why). Verdicts are
@@ -11,6 +12,8 @@ region of unclear or failed levels is a region of its own and no verdict is clai
 """
 
 from __future__ import annotations
+
+from statistics import NormalDist
 
 from .common import _interval, _num
 
@@ -22,6 +25,40 @@ BASELINE_SERVED = "baseline served"
 STOPS, STARTS = "stops_paying", "starts_paying"
 SATURATED = "saturated"
 Z975 = 1.959964
+# Family-wise error rate the verdicts hold over all the levels of one comparison at once.
+FAMILY_ALPHA = 0.05
+FAMILY_METHOD = (
+    "family-wise: every claim (a level pays or loses, a crossing, a region, a speculation range, the schedule, the "
+    "table) is read from simultaneous intervals that hold all m levels of the comparison at once with 95% "
+    "probability (Bonferroni: each level's log half-width scaled from 1.96 to z(1 - 0.025/m), e.g. 2.73 at m = 8), so "
+    "a true tie makes a claim at some level in at most 5% of runs; each level's own 95% interval (speedup_ci95) is "
+    "reported beside it, labelled per-level, and decides nothing"
+)
+
+
+def family_z(m: int) -> float:
+    """The two-sided critical value that holds ``m`` intervals at once at FAMILY_ALPHA (Bonferroni)."""
+    return NormalDist().inv_cdf(1.0 - FAMILY_ALPHA / (2.0 * max(1, int(m))))
+
+
+def paying_runs(points: list[tuple[float, str]]) -> list[list[float]]:
+    """[[first, last], ...]: each maximal stretch of consecutive levels that all clearly pay.
+
+    ``points`` are (concurrency, verdict) for every level of the comparison, in order, including the
+    ones that are missing, unclear, failed or saturated: any level that does not clearly pay ends a
+    stretch. This is the one speculation rule (SGLang's table, vLLM's schedule, the recommendation,
+    serve.yml): speculate from a clearly paying level to the last clearly paying level, no further.
+    """
+    out: list[list[float]] = []
+    prev_pays = False
+    for conc, verdict in sorted(points, key=lambda p: p[0]):
+        if verdict == PAYS:
+            if prev_pays:
+                out[-1][1] = conc
+            else:
+                out.append([conc, conc])
+        prev_pays = verdict == PAYS
+    return out
 
 
 def level_verdict(speedup, ci) -> str | None:

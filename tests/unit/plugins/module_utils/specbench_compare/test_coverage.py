@@ -88,9 +88,11 @@ GRIDS = [[1, 2, 5, 10, 30, 70, 100, 250], [1, 4, 16, 64, 256], [8, 16, 32, 64, 1
 
 
 @pytest.mark.parametrize("profile, seen", [
-    # kimi pays only 1.038x at C=1, inside one level's noise (+-5.5% on the speedup): the crossing at 1.29
-    # is seen only when C=1 reads clearly paying; otherwise the honest answer is "unclear at C=1".
-    ("kimi-k2.5-8x-rtx-pro-6000", 0.25),
+    # kimi pays only 1.038x at C=1, inside one level's noise (+-5.5% on the speedup, +-7.7% family-wise at 5
+    # levels): the crossing at 1.29 is seen only when C=1 reads clearly paying; otherwise the honest answer is
+    # "unclear at C=1" (measured 90/300 with per-level verdicts, 34/300 with family-wise ones: the price of a
+    # tie reading as a tie).
+    ("kimi-k2.5-8x-rtx-pro-6000", 0.08),
     ("llama-3.1-8b-1x-h100", 0.90),
     ("kimi-k2.5-moe", 0.90),
 ])
@@ -98,7 +100,7 @@ def test_the_crossover_interval_covers_the_emulators_true_crossings_on_three_gri
     """The emulator's curved profiles (log-linear in nothing) at three level grids, 150 noisy sweeps each
     (2% relative standard error per mode and level): every reported crossing's 95% interval must hold a
     true crossing of its direction, and the true crossings inside a grid must be reported, not dodged
-    (``seen``: the share of true crossings found; measured 90/300, 450/450 and 898/900; coverage 100%)."""
+    (``seen``: the share of true crossings found; measured 34/300 and the rest below with family-wise verdicts; coverage 100%)."""
     assert profile in profiles.PROFILES and model  # the emulator's own model is the truth
     rng = random.Random(sum(map(ord, profile)))
     reported = covered = 0

@@ -105,10 +105,11 @@ def test_the_noisy_first_level_stays_unclear_and_the_crossover_lies_between_10_a
     assert cross["ci95"] == [10.0, 30.0]  # the model-free bracket
     assert cross["gaps"] == [{"from_concurrency": 1.0, "to_concurrency": 1.0, "verdict": "unclear"}]
     rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
-    # Built from clear verdicts only: on from C=2 (the first level that clearly pays) below the crossing.
-    assert rec["speculate_ranges"] == [[2, math.ceil(cross["concurrency"])]]
-    assert rec["adaptive_table"]["1"] == [0]
-    assert rec["text"].startswith("Speculate (eagle3) at concurrency from 2")
+    # The one rule: from C=2 (the first level that clearly pays) to C=10 (the last), never to the
+    # interpolated crossing inside the bracket [10, 30].
+    assert rec["speculate_ranges"] == [[2, 11]]
+    assert rec["adaptive_table"]["1"] == [0] and rec["adaptive_table"]["11"] == [0]
+    assert rec["text"].startswith("Speculate (eagle3) from C=2 to C=10")
 
 
 def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concurrency():
@@ -123,16 +124,17 @@ def test_a_double_crossing_is_multiple_with_a_paying_region_again_at_high_concur
     # crossover_concurrency: where the lowest-concurrency paying region ends.
     assert cross["concurrency"] == stops["concurrency"]
     rec = cmp.recommendation(cross, "eagle3", [1, 2, 5, 10, 30, 70])
-    lo_edge, hi_edge = math.ceil(stops["concurrency"]), math.ceil(starts["concurrency"])
-    assert rec["speculate_ranges"] == [[1, lo_edge], [hi_edge, None]]
-    assert f"below {lo_edge} and again from {hi_edge}" in rec["text"]
+    # From each clearly paying level to the last one: off from C=3 (not the interpolated point), on again
+    # from C=30 (not from the interpolated point), off above C=70 (the top level measured).
+    assert rec["speculate_ranges"] == [[1, 3], [30, 71]]
+    assert "from C=1 to C=2 and again from C=30 to C=70" in rec["text"]
     table = {int(k): v for k, v in rec["adaptive_table"].items()}
-    assert table[lo_edge] == [0] and any(s > 0 for s in table[hi_edge]) and any(s > 0 for s in table[1])
+    assert table[3] == [0] and any(s > 0 for s in table[30]) and any(s > 0 for s in table[1]) and table[71] == [0]
     # Off at and above lo_edge up to hi_edge, on again from hi_edge: the batch size picks the row.
 
     def row(bs):
         return table[max(k for k in table if k <= bs)]
-    assert row(lo_edge + 1) == [0] and row(hi_edge - 1) == [0] and any(s > 0 for s in row(70))
+    assert row(4) == [0] and row(29) == [0] and any(s > 0 for s in row(70)) and row(200) == [0]
 
 
 def test_losing_at_small_batches_and_paying_at_moderate_ones_is_multiple_too():
@@ -228,24 +230,28 @@ def test_crossover_from_the_emulators_analytic_model_lies_in_its_bracket(profile
 # ---------------------------------------------------------------------------------------------
 # Recommendation and the adaptive table
 # ---------------------------------------------------------------------------------------------
-def test_recommendation_and_adaptive_table_turn_speculation_off_from_the_crossover():
-    rec = cmp.recommendation({"status": "crosses", "concurrency": 1.29, "ci95_text": "1.1 to 1.6"}, "eagle3", [1, 2, 5])
+def test_recommendation_and_adaptive_table_turn_speculation_off_after_the_last_paying_level():
+    cross = cmp.crossover(series([(1, 1.3), (2, 0.8), (5, 0.7)]))
+    rec = cmp.recommendation(cross, "eagle3", [1, 2, 5])
     assert rec["speculate_below"] == 2
     assert rec["adaptive_table"] == {"1": [1, 3, 5, 7], "2": [0]}
-    assert "below concurrency 2" in rec["text"]
-    rec = cmp.recommendation({"status": "crosses", "concurrency": 51.47, "ci95_text": "-"}, "eagle3", [30, 70])
-    assert rec["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "52": [0]}
-    assert rec["adaptive_config"]["52"] == {"candidate_steps": [0]}
+    assert "up to concurrency 1, the last level that clearly pays" in rec["text"]
+    # The lowest level measured is 30: nothing below it speaks for speculation, nor does the
+    # interpolated crossing between 30 and 70 (an estimate, never the rule's edge).
+    rec = cmp.recommendation(cmp.crossover(series([(30, 1.2), (70, 0.8)])), "eagle3", [30, 70])
+    assert rec["adaptive_table"] == {"1": [0], "30": [1, 3], "31": [0]}
+    assert rec["adaptive_config"]["31"] == {"candidate_steps": [0]}
 
 
 def test_recommendation_when_speculation_never_pays_or_always_pays():
     never = cmp.recommendation({"status": "never_pays", "concurrency": None}, "eagle3", [1, 2, 5])
     assert never["adaptive_table"] == {"1": [0]} and never["text"].startswith("Do not speculate")
     assert "Nothing was measured above C=5" in never["text"]
-    always = cmp.recommendation({"status": "pays_everywhere", "concurrency": None}, "eagle3", [1, 10, 250])
-    assert always["speculate_below"] is None
-    assert always["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1]}
-    assert "Add higher levels" in always["text"]
+    always = cmp.recommendation(cmp.crossover(series([(1, 1.3), (10, 1.3), (250, 1.2)])), "eagle3", [1, 10, 250])
+    # Never above the top level measured: SGLang's default rows above C=250 become steps [0].
+    assert always["speculate_below"] == 251
+    assert always["adaptive_table"] == {"1": [1, 3, 5, 7], "8": [0, 1, 3], "32": [0, 1], "251": [0]}
+    assert "Add higher levels" in always["text"] and "become steps [0]" in always["text"]
 
 
 @pytest.mark.parametrize("off_from", [1, 2, 8, 52, 300])
@@ -418,7 +424,8 @@ def test_an_unclear_first_level_is_not_called_slower():
 def test_speculation_stops_above_the_last_paying_level_when_an_unclear_level_follows():
     """Pays to C=16, unclear at C=32, loses at C=64: the crossing's bracket [16, 64] puts its
     interpolated point at 52, but nothing shows speculation paying at 32, so the range ends just
-    above 16; with the losing level next, the interpolated point still ends it."""
+    above 16; with the losing level next, the last paying level still ends it (the interpolated
+    point is an estimate, never the rule's edge)."""
     regions = [{"verdict": "pays", "from_concurrency": 1, "to_concurrency": 16},
                {"verdict": "unclear", "from_concurrency": 32, "to_concurrency": 32},
                {"verdict": "loses", "from_concurrency": 64, "to_concurrency": 64}]
@@ -427,4 +434,4 @@ def test_speculation_stops_above_the_last_paying_level_when_an_unclear_level_fol
     assert cmp.speculate_ranges(cross) == [[1, 17]]
     direct = dict(cross, regions=[regions[0], regions[2]],
                   crossings=[{"direction": "stops_paying", "bracket": [16, 64], "concurrency": 40.2}])
-    assert cmp.speculate_ranges(direct) == [[1, 41]]
+    assert cmp.speculate_ranges(direct) == [[1, 17]]

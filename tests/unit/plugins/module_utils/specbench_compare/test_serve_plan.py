@@ -223,7 +223,7 @@ def test_the_served_schedules_gain_on_traffic_by_hand():
     assert always["gain"] == pytest.approx(1.35)
 
 
-def test_the_served_series_keeps_an_unclear_speculating_level_unknown():
+def test_the_served_series_keeps_an_unclear_speculating_level_unclear():
     summary = served_summary()
     summary["comparisons"]["ngram"]["levels"][1].update(verdict="unclear", speedup_ci95=[0.9, 1.7])
     plan = cmp.serve_plan(summary, "vllm")
@@ -232,14 +232,14 @@ def test_the_served_series_keeps_an_unclear_speculating_level_unknown():
     # Off at the unclear level: the baseline is what runs there, so its gain is known (1.0).
     assert [(r["concurrency"], r["verdict"]) for r in series] == \
         [(1, "pays"), (2, "baseline served"), (4, "baseline served"), (16, "baseline served")]
-    # An SGLang-style plan that speculates at an unclear level leaves that traffic unknown.
+    # An SGLang-style plan that speculates at an unclear level: that traffic counts with its uncertainty.
     # speculate_ranges are [from, below): [1, 5) speculates at 1 and 4, not at 16.
     sglang = dict(summary, speculate_ranges=[[1, 5]], adaptive_config={"table": "given"})
     plan = {"mode": "ngram-adaptive", "schedule": None, "adaptive_config": {"table": "given"}}
     unused, series = cmp.served_series(sglang, plan)
     assert [(r["concurrency"], r["verdict"]) for r in series] == [(1, "pays"), (4, "unclear"), (16, "baseline served")]
     gain = cmp.traffic_gain(series, cmp.parse_traffic([{"concurrency": 2, "share": 1.0}]), "served")
-    assert gain["gain"] is None and gain["unknown_share"] == pytest.approx(1.0)
+    assert gain["unknown_share"] == 0 and gain["gain"] is not None
     # The range's end is exclusive: [1, 4) stops before C=4, where the baseline is served.
     unused, series = cmp.served_series(dict(sglang, speculate_ranges=[[1, 4]]), plan)
     assert [(r["concurrency"], r["verdict"]) for r in series] == \

@@ -1,0 +1,162 @@
+# Copyright: specbench developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Launch-to-launch variation: measured by relaunching, stored per node, held in every later interval.
+
+One launch's level mean differs from the launch-population mean by more than its window says:
+clocks, thermals, NUMA placement, CUDA graph capture, the machine's other load move a whole
+launch (seen on vLLM's CPU build: the same compare read C=16 1.58 [1.50, 1.67], then 1.25 [1.22,
+1.29]). A window's interval cannot hold that; only relaunching measures it.
+
+**Measured**: a run with ``compare_launches`` >= 2 (any mode launched more than once, refinement
+rounds included) gives, at every level measured in two or more launches of a mode (not
+saturated, not failed), the launches' log means ``y_i``. Their deviations from the level's mean,
+squared and summed over levels and modes, over ``sum(k - 1)`` (level by level) estimate the
+variance of one launch's log level mean, window noise included; less the launches' own mean
+window variance (``se^2`` from their intervals) it is the launch part ``sigma_L^2`` (never below 0).
+A launch effect can move every level of a launch at once, so the levels of one mode are not
+independent evidence about it: the degrees of freedom claimed are ``sum over modes of (k - 1)``
+(as if every level moved together), the conservative count.
+
+**Stored**: ``<results_dir>/noise-floor/<host>.json`` holds each run's sum of squares and
+degrees of freedom by run id (rendering a run again replaces its own part, never counts it
+twice); the floor pools every run younger than ``max_age_days``.
+
+**Held**: a run whose levels were each measured in one launch per mode (``compare_launches: 1``)
+reads the floor and widens each level's speedup interval: the log half-width becomes
+``sqrt(w^2 + (t * sigma_L * sqrt(1/k_spec + 1/k_base))^2)`` with t on the floor's degrees of
+freedom (the family-wise verdicts then scale it like any interval). A level pooled from k >= 2
+launches per mode carries the variation in its own between-launch spread, with t on k - 1 degrees
+of freedom (12.7 at two launches); where the floor has more degrees of freedom than that (this run's
+own part counts: two modes of two launches give 2, t = 4.3), its interval is made from the floor
+instead: ``sqrt(sum over both modes of (t sigma_L)^2 / k + w_within^2)``, ``w_within`` each mode's
+root-mean-square launch window half-width (never narrower than one launch's own: the launches replay
+the same requests). Which interval is used is decided by degrees of freedom, never by width.
+Without a floor, nothing is widened and the summary says the intervals hold one launch only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+from ..specbench_client.stats import t975
+from .common import _interval, _num
+from .verdict import Z975, level_failure, level_saturation
+
+LAUNCH_METHOD = (
+    "launch-to-launch variation: sigma_L^2 = the pooled variance of one launch's log level mean about its level's "
+    "mean over launches (levels measured in 2 or more launches of a mode), less the launches' mean window variance; "
+    "degrees of freedom sum over modes of (launches - 1), as if a launch moved all its levels together; stored per "
+    "node by run id, pooled over runs younger than the floor's age limit; a level measured in one launch per mode "
+    "gets t * sigma_L * sqrt(1/k_spec + 1/k_base) added in quadrature to its log half-width"
+)
+MAX_AGE_DAYS = 30.0
+
+
+def estimate(results: dict[str, dict]) -> dict | None:
+    """The launch variation one run measured: ``{ss, df, df_levels, within, levels}`` or None.
+
+    ``results``: mode -> pooled results (pooling.pool_runs: each pooled level carries
+    ``launch_tok_per_s`` and ``launch_ci95``)."""
+    ss = within = 0.0
+    df_levels = n_within = 0
+    df_modes = 0
+    levels = 0
+    for result in results.values():
+        most = 0
+        for level in (result or {}).get("levels") or []:
+            if not isinstance(level, dict) or level_failure(level) or level_saturation(level):
+                continue
+            xs = [_num(x) for x in level.get("launch_tok_per_s") or []]
+            xs = [x for x in xs if x is not None and x > 0]
+            if len(xs) < 2:
+                continue
+            ys = [math.log(x) for x in xs]
+            mean = math.fsum(ys) / len(ys)
+            ss += math.fsum((y - mean) ** 2 for y in ys)
+            df_levels += len(ys) - 1
+            levels += 1
+            most = max(most, len(ys))
+            for given in level.get("launch_ci95") or []:
+                ci = _interval(given)
+                if ci and ci[0] > 0:
+                    within += ((math.log(ci[1]) - math.log(ci[0])) / (2 * Z975)) ** 2
+                    n_within += 1
+        df_modes += max(0, most - 1)
+    if df_levels == 0:
+        return None
+    return {"ss": ss, "df_levels": df_levels, "df": df_modes, "within": within / n_within if n_within else 0.0,
+            "levels": levels}
+
+
+def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: float = MAX_AGE_DAYS) -> dict | None:
+    """The node's floor from its stored runs ({run_id: {ss, df_levels, df, within, measured_at}}), fresh ones only."""
+    now = now or datetime.datetime.now(datetime.UTC)
+    ss = within = 0.0
+    df_levels = df = 0
+    used, oldest = [], None
+    for run_id, part in sorted((parts or {}).items()):
+        try:
+            when = datetime.datetime.fromisoformat(str(part["measured_at"]).replace("Z", "+00:00"))
+        except (KeyError, ValueError):
+            continue
+        if (now - when).total_seconds() > max_age_days * 86400:
+            continue
+        ss += float(part["ss"])
+        within += float(part["within"]) * int(part["df_levels"])
+        df_levels += int(part["df_levels"])
+        df += int(part["df"])
+        used.append(run_id)
+        oldest = when if oldest is None or when < oldest else oldest
+    if df_levels == 0 or df == 0:
+        return None
+    total = ss / df_levels
+    launch_var = max(0.0, total - within / df_levels)
+    return {"launch_sd": round(math.sqrt(launch_var), 5), "total_sd": round(math.sqrt(total), 5), "df": df,
+            "runs": used, "oldest": oldest.isoformat() if oldest else None, "max_age_days": max_age_days}
+
+
+def widen(rows: list[dict], floor: dict | None) -> list[int]:
+    """Add the floor's launch variation to every level measured in one launch per mode (module docstring).
+
+    Changes ``speedup_ci95`` in place (``speedup_ci95_window`` keeps the window-only interval);
+    returns the concurrencies widened."""
+    if not floor or not floor.get("launch_sd"):
+        return []
+    sd, t = float(floor["launch_sd"]), t975(int(floor["df"]))
+    done = []
+    for row in rows:
+        ci, r = _interval(row.get("speedup_ci95")), _num(row.get("speedup"))
+        if ci is None or r is None or r <= 0 or ci[0] <= 0 or (row.get("launches") or 1) > 1:
+            continue
+        w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
+        extra = t * sd * math.sqrt(2.0)
+        width = math.hypot(w, extra)
+        row["speedup_ci95_window"] = row["speedup_ci95"]
+        row["speedup_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
+        done.append(row["concurrency"])
+    return done
+
+
+def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict | None,
+              floor: dict | None) -> list[float] | None:
+    """A pooled level's speedup interval from the node's floor (module docstring), or None to keep its own:
+    no floor, a side measured in one launch, or a floor with no more degrees of freedom than the launches."""
+    r = _num(speedup)
+    if not floor or r is None or r <= 0 or not base_level or not spec_level:
+        return None
+    sides = []
+    for level in (base_level, spec_level):
+        cis = [_interval(c) for c in level.get("launch_ci95") or []]
+        cis = [c for c in cis if c and c[0] > 0]
+        k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
+        if k < 2 or not cis:
+            return None
+        within = math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
+        sides.append((k, within))
+    if int(floor["df"]) <= min(k for k, unused in sides) - 1:
+        return None
+    t = t975(int(floor["df"]))
+    sd = float(floor.get("launch_sd") or 0.0)
+    width = math.sqrt(math.fsum((t * sd) ** 2 / k + w ** 2 for k, w in sides))
+    return [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
