@@ -205,10 +205,56 @@ def test_recorded_server_prefers_the_fact_and_reads_the_state_file(tmp_path):
     state = tmp_path / "server.json"
     state.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
     server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
-    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None} and source == str(state)
+    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None, "gpus": None}
+    assert source == str(state)
     server, source = gpu_teardown.recorded_server({"pid": 7, "pgid": 7, "starttime": 1, "port": 30000}, None,
                                                   str(state), warnings)
     assert server["pid"] == 7 and source == "specbench_server"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "other_user"])
+def test_a_record_is_trusted_only_as_this_users_regular_file(tmp_path, kind):
+    """A symlink is never followed, a FIFO never waited on (O_NONBLOCK), another user's file never
+    believed: each names nothing, says why, and is neither signalled for nor retired."""
+    import time  # noqa: PLC0415
+
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import record  # noqa: PLC0415
+
+    state = tmp_path / "server.json"
+    real = tmp_path / "theirs.json"
+    real.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
+    if kind == "symlink":
+        state.symlink_to(real)
+        why = "a symbolic link"
+    elif kind == "fifo":
+        os.mkfifo(state)
+        why = "not a regular file"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        state.write_text(real.read_text())
+        os.chown(state, 65534, 65534)
+        why = "owned by nobody"
+    warnings = []
+    began = time.monotonic()
+    server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
+    assert time.monotonic() - began < 1
+    assert server["pid"] is None and server["pgid"] is None and "(untrusted:" in source
+    assert why in warnings[-1] and f"rm {state}" in warnings[-1]
+    assert not record.retire_state_file(str(state), {"pid": 4321, "pgid": 4321, "starttime": 99}, "x", warnings)
+    assert "torn_down" not in real.read_text()
+
+
+def test_a_record_replaced_by_another_launch_is_never_retired(tmp_path):
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import record  # noqa: PLC0415
+
+    state = tmp_path / "server.json"
+    state.write_text(json.dumps({"pid": 5000, "pgid": 5000, "starttime": 120}))  # job B's, written after A read
+    warnings = []
+    assert not record.retire_state_file(str(state), {"pid": 4321, "pgid": 4321, "starttime": 99}, "gone", warnings)
+    assert "names another launch (pid 5000)" in warnings[-1] and "torn_down" not in state.read_text()
+    assert record.retire_state_file(str(state), {"pid": 5000, "pgid": 5000, "starttime": 120}, "gone", warnings)
+    assert json.loads(state.read_text())["torn_down"]["reason"] == "gone"
 
 
 def test_recorded_group_sources(tmp_path):

@@ -113,6 +113,8 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         self.state_file = server_state_file
         self.record_void: str | None = None  # why the record names nothing of this boot ("" once checked)
         self.record_stale = False  # the recorded pid belongs to another process now
+        self.record_elsewhere: bool | None = None  # a record of a server outside gpu_devices (None: not checked)
+        self.record_untrusted = "(untrusted:" in self.server_source
         self.tree_known: dict[int, int] = {}  # verified members seen: pid -> start time
         self.tree_ids: set[tuple[str, int]] = set()  # ("pgid" | "sid", id) of the recorded tree
         self.tree_unverified: set[int] = set()
