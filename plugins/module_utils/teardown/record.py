@@ -249,7 +249,7 @@ class RecordedTree:
         self.record_elsewhere = False
         if not self.devices or self.server_source == "specbench_server":
             return True
-        gpus = self.backend.read_gpus()
+        gpus = self.read_gpus()
         every = {g["index"] for g in gpus}
         if set(self.target_gpus) >= every:
             return True
