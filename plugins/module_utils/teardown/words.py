@@ -127,7 +127,7 @@ class ResultWords:
         """A driver that may report no per-process memory in a container (before 565), or unknown."""
         version = str(self.backend.driver_version or "")
         try:
-            return int(version.split(".")[0]) < 565
+            return int(version.split(".", maxsplit=1)[0]) < 565
         except ValueError:
             return True
 
