@@ -308,3 +308,35 @@ def test_a_record_is_void_only_when_it_is_another_boots():
         later.wait()
     assert "earlier boot" in gpu_teardown.void_reason({"starttime": 1, "boot_id": "another-boot"})
     assert "an earlier boot's" in gpu_teardown.void_reason({"starttime": 10**12})
+
+
+def test_the_systemd_unit_is_read_from_the_cgroup_and_named_in_the_fix(tmp_path, monkeypatch):
+    """/proc/<pid>/cgroup as systemd writes it (v2 and v1): the service a process runs in, whether the
+    user's manager runs it; session scopes are not units to stop."""
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table as pt  # noqa: PLC0415
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import respawn  # noqa: PLC0415
+
+    cases = {
+        101: ("0::/system.slice/specbench-serve-30000.service\n", ("specbench-serve-30000.service", False)),
+        102: ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/trainer.service\n",
+              ("trainer.service", True)),
+        103: ("12:pids:/\n1:name=systemd:/system.slice/nvidia-dcgm.service\n0::/\n", ("nvidia-dcgm.service", False)),
+        104: ("0::/user.slice/user-0.slice/session-3.scope\n", (None, False)),
+    }
+    for pid, (text, _unused) in cases.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    monkeypatch.setattr(pt, "PROC", str(tmp_path))
+    for pid, (_unused, expected) in cases.items():
+        assert respawn.systemd_unit(pid) == expected, pid
+    assert respawn.systemd_unit(999) == (None, False)
+    assert respawn.unit_matches("specbench-serve-30000.service", ["specbench-serve-*"])
+    assert respawn.unit_matches("specbench-serve-30000.service", ["specbench-serve-30000"])
+    assert not respawn.unit_matches("trainer.service", ["specbench-serve-*"])
+
+    class Words(respawn.Respawns):
+        respawn_failure = {"kind": "unit", "unit": "trainer.service", "user": True}
+        respawns = [{"pid": 7, "unit": "trainer.service", "user_unit": True, "parent": None}] * 3
+
+    text = Words().respawn_words()
+    assert "came back 3 time(s)" in text and "systemctl --user stop trainer.service" in text
