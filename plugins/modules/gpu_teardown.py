@@ -162,9 +162,9 @@ options:
     default: 3
   specbench_units:
     description:
-      - Systemd units specbench itself writes (serve.yml's service; names or globs, with or without
+      - "Systemd units specbench itself writes (serve.yml's service; names or globs, with or without
         C(.service)): holders that keep coming back from one of them are stopped through
-        C(systemctl stop) rather than reported.
+        C(systemctl stop) rather than reported."
     type: list
     elements: str
     default: []
