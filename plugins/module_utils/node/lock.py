@@ -164,6 +164,13 @@ def _write_holder(path: str, data: dict) -> None:
     os.replace(tmp, path + INFO_SUFFIX)
 
 
+def watched(holder: dict) -> str:
+    watching = holder.get("watching") or {}
+    if watching.get("pid"):
+        return f"it watches pid {watching['pid']}, {watching.get('what', '?')}"
+    return f"it has nothing to watch and is released by the run or after {holder.get('max_hold_s', '?')}s"
+
+
 def describe(holder: dict) -> str:
     """The holder in words: run id, playbook, user, since when, AWX job id."""
     if not holder:
@@ -214,7 +221,8 @@ def acquire(path: str, token: str, who: dict, wait_s: float, poll_s: float = 0.2
                 raise LockError(
                     f"another job holds the node lock {path}: {describe(holder)}. Waited {clock() - waited_from:.1f}s "
                     f"(run_context_lock_wait_s {wait_s:g}). Let it finish and run again, or raise run_context_lock_wait_s to "
-                    "queue behind it; a lock is never left behind by a job that died (the kernel drops it).",
+                    f"queue behind it. The lock goes with its keeper, which exits with that run ({watched(holder)}); if "
+                    f"that run is over, release it now: kill {holder.get('pid', '<keeper pid>')}.",
                     holder)
             sleep(poll_s)
         waited = clock() - waited_from
@@ -222,7 +230,7 @@ def acquire(path: str, token: str, who: dict, wait_s: float, poll_s: float = 0.2
         record = {
             "token": token, "run_id": who.get("run_id"), "playbook": who.get("playbook"), "user": who.get("user"),
             "awx_job_id": who.get("awx_job_id"), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "watching": watch, "waited_s": round(waited, 3),
+            "watching": watch, "waited_s": round(waited, 3), "max_hold_s": max_hold_s,
         }
         record.update(_spawn_keeper(fd, path, record, watch, max_hold_s, poll_s))
         return {**record, "already": False}
