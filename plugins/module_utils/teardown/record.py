@@ -219,6 +219,7 @@ class RecordedTree:
         members = set(verified)
         for root in verified:
             members |= proc_table.descendants(root, table)
+        listed = None
         for field, value in sorted(self._tree_ids(leader if genuine else None)):
             for other, info in table.items():
                 if other in members or getattr(info, field) != value:
@@ -229,8 +230,14 @@ class RecordedTree:
                     members.add(other)
                     continue
                 elif start is None:
-                    # holding a device node proves nothing (nvtop in a reused group): the patterns only
-                    why = "an old record without a start time, and it does not match gpu_kill_patterns"
+                    # holding a device node proves nothing (nvtop in a reused group): GPU memory held by it
+                    # or a descendant of it does (a server's workers), as the patterns do
+                    listed = {p["pid"] for g in self.read_gpus() for p in g["processes"]} if listed is None else listed
+                    if ({other} | proc_table.descendants(other, table)) & listed:
+                        members.add(other)
+                        continue
+                    why = ("an old record without a start time, and neither it nor a child of it holds GPU memory or "
+                           "matches gpu_kill_patterns")
                 else:
                     why = "the recorded server is gone and it does not match gpu_kill_patterns"
                 self.tree_unverified.add(other)
