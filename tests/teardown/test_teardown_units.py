@@ -340,3 +340,33 @@ def test_the_systemd_unit_is_read_from_the_cgroup_and_named_in_the_fix(tmp_path,
 
     text = Words().respawn_words()
     assert "came back 3 time(s)" in text and "systemctl --user stop trainer.service" in text
+
+
+def test_a_target_in_a_specbench_unit_has_the_unit_stopped_through_systemctl(tmp_path, monkeypatch):
+    """serve.yml's unit (Restart=on-failure) is stopped with systemctl stop, once, before any signal;
+    a unit not on gpu_specbench_units is left to the signals (and traced if it restarts)."""
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table as pt  # noqa: PLC0415
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import respawn  # noqa: PLC0415
+
+    for pid, unit in ((4242, "specbench-serve-30000.service"), (4343, "trainer.service")):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
+    monkeypatch.setattr(pt, "PROC", str(tmp_path / "proc"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+
+    class Own(respawn.Respawns):
+        specbench_units = ["specbench-serve-*"]
+
+        def __init__(self):
+            self.units_stopped, self.log, self.warnings = [], [], []
+
+    own = Own()
+    assert own.stop_own_unit(4242) and not own.stop_own_unit(4242)  # once per unit
+    assert not own.stop_own_unit(4343)
+    assert calls.read_text().splitlines() == ["stop specbench-serve-30000.service"]
+    assert own.units_stopped == ["specbench-serve-30000.service"] and "done" in own.log[0]

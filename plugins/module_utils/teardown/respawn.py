@@ -4,8 +4,9 @@
 SIGTERM, a supervisor restarting its worker, a systemd unit with Restart=) is traced to what
 starts it: its parent, the supervisor whose children keep coming back, the systemd unit read
 from /proc/<pid>/cgroup. A process that came back gets SIGKILL at once (a successor forked on
-SIGTERM never gets the chance to fork again); once things came back RESPAWN_LIMIT times, a unit
-specbench itself wrote (gpu_specbench_units, e.g. serve.yml's) is stopped through systemd, and
+SIGTERM never gets the chance to fork again). A target running in a unit specbench itself wrote
+(gpu_specbench_units, e.g. serve.yml's) has that unit stopped through systemd before any signal;
+once things came back RESPAWN_LIMIT times from another unit on that list it is stopped too, and
 anything else fails the teardown naming what starts it and the fix (``systemctl stop UNIT``).
 While a killed process's parent lives on (a possible supervisor) or it ran in a systemd
 service, the GPUs must stay clean for gpu_respawn_watch_s before they are called clean.
@@ -127,6 +128,23 @@ class Respawns:
             cmd = next(r["parent"]["cmdline"] for r in self.respawns if r["parent"] and r["parent"]["pid"] == pid)
             return {"kind": "supervisor", "pid": pid, "cmdline": cmd}
         return {"kind": "itself"}
+
+    def stop_own_unit(self, pid: int) -> bool:
+        """A target running in a unit specbench wrote (gpu_specbench_units) is stopped through
+        systemd, once per unit, before any signal: a unit with Restart= would start it again."""
+        if not self.specbench_units:
+            return False
+        unit, user = systemd_unit(pid)
+        if not unit or unit in self.units_stopped or not unit_matches(unit, self.specbench_units):
+            return False
+        ok, said = stop_unit(unit, user)
+        self.units_stopped.append(unit)
+        self.log.append(f"systemctl {'--user ' if user else ''}stop {unit} (pid {pid} runs in it): "
+                        f"{'done' if ok else 'failed'}{': ' + said if said else ''}")
+        if not ok:
+            self.warnings.append(f"pid {pid} runs in specbench's unit {unit}, which systemctl could not stop ({said}); "
+                                 "it is signalled instead, and a restart is traced.")
+        return ok
 
     def handle_respawns(self) -> bool:
         """After RESPAWN_LIMIT comebacks: stop a specbench unit (True: go on), else record the

@@ -38,6 +38,9 @@ class Signalling:
             if not self._alive(pid):
                 continue
             name = SIGNAL_NAMES[sig]
+            if self.stop_own_unit(pid) and not self._alive(pid):
+                t.setdefault("unit", systemd_unit(pid)[0])
+                continue
             if self.backend.deliverable(pid):
                 outcome = proc_table.send_signal(pid, t["info"].starttime, sig)
                 if outcome == proc_table.GONE:
