@@ -22,6 +22,9 @@ import time
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 RESPAWN_LIMIT = 3
+# Parents that adopt orphans (an init, a subreaper) rather than start them: never a supervisor here
+# (systemd's own restarts are read from the unit in the cgroup).
+ADOPTERS = ("systemd", "init", "tini", "dumb-init", "catatonit", "docker-init", "conmon", "containerd-shim")
 UNIT = re.compile(r"^[A-Za-z0-9:_.@\\-]+\.service$")
 
 
@@ -91,7 +94,8 @@ class Respawns:
             parent = table.get(info.ppid)
             source = {"pid": pid, "cmdline": info.command[:200], "unit": unit, "user_unit": user,
                       "parent": None}
-            if parent is not None and info.ppid > 1 and info.ppid not in self.protected:
+            if parent is not None and info.ppid > 1 and info.ppid not in self.protected and \
+                    not parent.comm.startswith(ADOPTERS):
                 source["parent"] = {"pid": parent.pid, "cmdline": parent.command[:200],
                                     "signalled": parent.pid in self.targets and bool(
                                         self.targets[parent.pid]["signals"])}
@@ -108,7 +112,8 @@ class Respawns:
             if ppid <= 1 or ppid in self.protected or ppid in self.targets or ppid in found:
                 continue
             parent = table.get(ppid)
-            if parent is not None and parent.starttime <= t["info"].starttime:
+            if parent is not None and parent.starttime <= t["info"].starttime and \
+                    not parent.comm.startswith(ADOPTERS):
                 found.append(ppid)
         return found
 
