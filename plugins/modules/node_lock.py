@@ -23,6 +23,15 @@ description:
   - In check mode nothing is taken; the result says whether the lock is free.
 author:
   - specbench contributors (!UNKNOWN)
+extends_documentation_fragment: [specbench.core.attributes]
+attributes:
+  check_mode:
+    support: full
+    details: Takes and releases nothing; says whether the lock is free.
+  diff_mode:
+    support: none
+  facts:
+    support: none
 options:
   path:
     description: The lock file (created when missing).
