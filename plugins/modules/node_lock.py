@@ -21,6 +21,8 @@ description:
     id and the daemon's pid. The lock file is opened without following symbolic links and without
     blocking, and refused unless it is a regular file of this user."
   - In check mode nothing is taken; the result says whether the lock is free.
+  - Never reports C(changed) (a second run of a playbook changes nothing): the lock lasts only as
+    long as the run that holds it and leaves the node as it was.
 author:
   - specbench contributors (!UNKNOWN)
 extends_documentation_fragment: [specbench.core.attributes]
@@ -95,6 +97,10 @@ waited_s:
   description: Seconds waited for another job's lock.
   returned: when state is held
   type: float
+released:
+  description: This run's lock was given back.
+  returned: when state is released
+  type: bool
 msg:
   description: What happened, or on failure who holds the lock and the fix.
   returned: always
@@ -140,7 +146,7 @@ def main():
     path = p["path"]
     if p["state"] == "released":
         done = False if module.check_mode else release(path, p["token"])
-        module.exit_json(changed=done, holder=read_holder(path),
+        module.exit_json(changed=False, released=done, holder=read_holder(path),
                          msg="node lock released" if done else "this run held no node lock")
     if module.check_mode:
         holder = read_holder(path)
@@ -165,7 +171,7 @@ def main():
         module.fail_json(msg=str(exc), holder=exc.holder, error="node_locked")
     already = holder.pop("already")
     module.exit_json(
-        changed=not already, holder=holder, already=already, waited_s=holder.get("waited_s", 0.0),
+        changed=False, holder=holder, already=already, waited_s=holder.get("waited_s", 0.0),
         msg=("this run holds the node lock already" if already else
              f"node lock held by this run (waited {holder.get('waited_s', 0.0)}s; released when "
              f"{holder['watching']['what']} ends)"))
