@@ -21,7 +21,7 @@ description:
     id and the daemon's pid. The lock file is opened without following symbolic links and without
     blocking, and refused unless it is a regular file of this user."
   - In check mode nothing is taken; the result says whether the lock is free.
-  - Never reports C(changed) (a second run of a playbook changes nothing): the lock lasts only as
+  - Never reports C(changed), so a second run of a playbook changes nothing; the lock lasts only as
     long as the run that holds it and leaves the node as it was.
 author:
   - specbench contributors (!UNKNOWN)
