@@ -128,6 +128,13 @@ def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, 
     assert not res["recorded_server_retired"] and "torn_down" not in record.read_text()
     assert any("GPU 1 (recorded), outside gpu_devices" in w for w in res["warnings"]), res["warnings"]
     assert "1 target GPU(s) clean" in res["msg"]
+    # memory held outside this namespace while nvtop holds the node here (driver 590): never the
+    # "drivers before 565" advice, which only such drivers earn
+    lab.start("--gpu", "0", "--mib", "7000", "--comm", "td-host", "--record-extra",
+              json.dumps({"outside_namespace": True}))
+    res = teardown(lab, devices=[0])
+    assert res["clean"] is False and "7001 MiB with no process visible here: held outside" in res["msg"]
+    assert "drivers before 565" not in res["msg"] and f"pid {nvtop.pid}" in res["msg"]
 
 
 def test_a_server_forking_its_successor_on_every_sigterm_ends_at_once(lab):

@@ -104,6 +104,9 @@ def test_two_jobs_on_one_node(tmp_path):
         assert queued.rc == 0, queued.stdout[-4000:]
         lock_task = queued.task("Hold the node lock", "localhost")
         assert lock_task["waited_s"] > 0 and not lock_task["already"], lock_task
+        # its closing line counts its target GPU only, on this two-GPU node
+        closing = queued.task("Report the target GPUs", "localhost")["msg"]
+        assert closing.startswith("1 target GPU(s) clean (GPU 0:") and "1 other GPU(s) not looked after" in closing
         assert not holder_file.exists() or json.loads(holder_file.read_text())["run_id"] != "job-gpu0"
     finally:
         for thread in threads:
