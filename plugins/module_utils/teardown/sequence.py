@@ -219,7 +219,9 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, Resu
         for infos, step in found:
             step2 += [p for p in self._add(infos, step) if p not in step2]
         if step2:
-            self._escalate(step2)
+            # what started since this teardown began came back (a successor forked on SIGTERM): SIGKILL
+            back = self.came_back([p for p in step2 if not self.targets[p]["signals"]], table)
+            self._escalate(step2, back=set(back))
         kills_done = self.kills_done = self.clock()
 
         # 3. re-walk (scope node: with every holder of the target GPUs' nodes, the fuser step) and

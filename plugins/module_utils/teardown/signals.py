@@ -69,16 +69,16 @@ class Signalling:
                 return alive
             self.sleep(self.poll_interval)
 
-    def _escalate(self, pids, until=None, kill_first=False):
+    def _escalate(self, pids, until=None, kill_first=False, back=()):
         """TERM those not yet asked, wait; KILL the survivors not yet killed, wait. Each process is
         waited for once per signal: one that outlives its SIGKILL wait in state D is stuck in the
         driver (no signal reaches it) and never waited for again. ``until``: no wait passes it
-        (the clean deadline); ``kill_first``: processes that came back get SIGKILL at once."""
-        fresh = [p for p in pids if not self.targets[p]["signals"]]
-        if not kill_first:
-            self._signal(fresh, signal.SIGTERM)
-            if fresh:
-                self._wait(fresh, self.term_timeout, until)
+        (the clean deadline); ``kill_first``: every one of them came back, ``back``: these did:
+        SIGKILL at once (a process forking its successor on SIGTERM gets no chance to)."""
+        fresh = [p for p in pids if not self.targets[p]["signals"] and not kill_first and p not in back]
+        self._signal(fresh, signal.SIGTERM)
+        if fresh:
+            self._wait(fresh, self.term_timeout, until)
         survivors = [p for p in pids if self._alive(p) and "SIGKILL" not in self.targets[p]["signals"]]
         self._signal(survivors, signal.SIGKILL)
         left = self._wait(survivors, self.kill_timeout, until) if survivors else []
