@@ -57,11 +57,14 @@ async def start_workers(cfg: dict, state: State) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     import json
 
+    # CUDA_VISIBLE_DEVICES maps rank r to the r-th GPU listed, as CUDA does for SGLang's workers
+    # (a server for GPU 1 beside another job's server on GPU 0).
+    visible = [int(v) for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
     for rank in range(args.tp_size):
         name = f"sglang::scheduler_TP{rank}"
         wcfg = {
             "name": name,
-            "gpu": rank,
+            "gpu": visible[rank] if rank < len(visible) else rank,
             "device_dir": device_dir,
             "faults": args.emulator_fault,
             "leave_group": "worker-leaves-group" in args.emulator_fault and rank == args.tp_size - 1,

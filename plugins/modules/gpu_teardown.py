@@ -150,6 +150,24 @@ options:
         by a process of the tree just after one snapshot shows in the next) and this long.
     type: float
     default: 0.1
+  respawn_watch_s:
+    description:
+      - While a killed process's parent lives on (a supervisor that may start it again) or it ran in a
+        systemd service, or something came back during the teardown, clean must hold this long
+        instead of I(settle_s). A holder that started after the teardown began got SIGKILL at once;
+        after three such comebacks the teardown stops a unit on I(specbench_units) through systemd,
+        or fails naming what starts them (the unit from C(/proc/<pid>/cgroup), the supervisor) and
+        the fix (C(systemctl stop UNIT)). Every wait ends at the I(clean_timeout_s) deadline.
+    type: float
+    default: 3
+  specbench_units:
+    description:
+      - "Systemd units specbench itself writes (serve.yml's service; names or globs, with or without
+        C(.service)): holders that keep coming back from one of them are stopped through
+        C(systemctl stop) rather than reported."
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment: [specbench.core.attributes]
 attributes:
   check_mode:
@@ -340,6 +358,8 @@ def main():
             "clean_timeout_s": {"type": "float", "default": 60},
             "poll_interval_s": {"type": "float", "default": 0.05},
             "settle_s": {"type": "float", "default": 0.1},
+            "respawn_watch_s": {"type": "float", "default": 3},
+            "specbench_units": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -364,6 +384,8 @@ def main():
             clean_timeout_s=p["clean_timeout_s"],
             poll_interval_s=p["poll_interval_s"],
             settle_s=p["settle_s"],
+            respawn_watch_s=p["respawn_watch_s"],
+            specbench_units=p["specbench_units"],
             check_mode=module.check_mode,
         )
         result = teardown.run()

@@ -165,6 +165,14 @@ from ansible_collections.specbench.core.plugins.module_utils.launch.process impo
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 
+def _visible_gpus(extra: dict) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as the server sees it (the launch's environment over this one's)."""
+    value = (extra or {}).get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if value is None or not str(value).strip():
+        return None
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -212,7 +220,10 @@ def main():
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
                    "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
                    # the teardown verifies the tree by session and boot (plugins/module_utils/teardown/record.py)
-                   "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id()})
+                   "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id(),
+                   # the GPUs it may use (CUDA_VISIBLE_DEVICES; null: every GPU): a teardown with gpu_devices
+                   # touches this record only when they meet (plugins/module_utils/teardown/record.py)
+                   "gpus": _visible_gpus(p["environment"])})
     write_state(p["state_path"], record)
     module.exit_json(changed=True, already_running=False, command=argv, log_path=p["log_path"], **started)
 

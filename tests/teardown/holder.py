@@ -21,7 +21,10 @@ main thread exits while another thread keeps the descriptors ("Zl": a defunct le
 own /proc/<pid>/fd is empty, its holdings visible under /proc/<pid>/task/<tid>/fd). With
 --respawn GPU:MIB, SIGTERM makes it fork a child into a process group of its own (same session)
 and exit; the child opens GPU's nodes and records MIB there 0.5 s later (MIB 0: it holds
-nothing), then waits for signals: a server that respawns on SIGTERM.
+nothing), then waits for signals: a server that respawns on SIGTERM. With --respawn-forever
+GPU:MIB every generation does the same on its SIGTERM (at once, no delay): a server that forks
+its successor on every SIGTERM. With --supervise SECONDS it is a supervisor: it runs its single
+--worker, and whenever that worker exits starts it again SECONDS later (no READY wait).
 """
 from __future__ import annotations
 
@@ -61,6 +64,31 @@ def respawn(dev: str, gpu: int, mib: int) -> None:
         signal.pause()
 
 
+def respawn_forever(dev: str, gpu: int, mib: int) -> None:
+    """On SIGTERM: fork a successor that holds GPU at once and does the same on its SIGTERM; exit."""
+    if os.fork() > 0:
+        os._exit(0)
+    held = [os.open(os.path.join(dev, n), os.O_RDWR) for n in ("nvidiactl", "nvidia-uvm", f"nvidia{gpu}")]
+    gpus.write_record(dev, "successor", {gpu: mib})
+    assert held
+    signal.signal(signal.SIGTERM, lambda *_unused: respawn_forever(dev, gpu, mib))
+    while True:
+        signal.pause()
+
+
+def supervise(argv: list[str], delay: float) -> None:
+    """Start argv; whenever it exits, start it again ``delay`` seconds later (a supervisor)."""
+    first = True
+    while True:
+        child = subprocess.Popen(argv, stdout=subprocess.PIPE if first else subprocess.DEVNULL)
+        if first:
+            sys.stdout.write("READY " + str(child.pid) + "\n")
+            sys.stdout.flush()
+            first = False
+        child.wait()
+        time.sleep(delay)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--tag", required=True)
@@ -77,12 +105,22 @@ def main() -> int:
     p.add_argument("--record-extra", default="")
     p.add_argument("--argv0", help=argparse.SUPPRESS)
     p.add_argument("--respawn", help="GPU:MIB")
+    p.add_argument("--respawn-forever", help="GPU:MIB")
+    p.add_argument("--supervise", type=float)
     args = p.parse_args()
+
+    if args.supervise is not None:
+        if args.comm:
+            set_comm(args.comm)
+        supervise([sys.executable, os.path.abspath(__file__), "--tag", args.tag, "--dev", args.dev,
+                   *json.loads(args.worker[0])], args.supervise)
 
     if args.comm:
         set_comm(args.comm)
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.respawn_forever:
+        signal.signal(signal.SIGTERM, lambda *_unused: respawn_forever(args.dev, *map(int, args.respawn_forever.split(":"))))
     if args.respawn:
         signal.signal(signal.SIGTERM, lambda *_unused: respawn(args.dev, *map(int, args.respawn.split(":"))))
     if args.setsid:

@@ -66,6 +66,9 @@ def test_memory_the_driver_cannot_attribute_is_not_called_outside(lab, tmp_path)
     process among the holders (matching the patterns) is killed, any other one left, said to
     perhaps hold that memory."""
     unlisted = json.dumps({"unlisted": True})
+    # only drivers before 565 leave a container's processes unlisted: the emulated node says so
+    inventory = lab.dev / "emulated-gpus.json"
+    inventory.write_text(json.dumps({**json.loads(inventory.read_text()), "driver_version": "560.35.03"}))
     engine, _unused = lab.start("--gpu", "0", "--mib", "9000", "--comm", "td-engine", "--record-extra", unlisted)
     other, _unused = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-trainer", "--record-extra", unlisted)
     patterns = [{"comm": "^td-engine$", "args": lab.pattern}]

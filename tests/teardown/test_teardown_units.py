@@ -205,10 +205,56 @@ def test_recorded_server_prefers_the_fact_and_reads_the_state_file(tmp_path):
     state = tmp_path / "server.json"
     state.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
     server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
-    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None} and source == str(state)
+    assert server == {"pid": 4321, "pgid": 4321, "sid": None, "starttime": 99, "boot_id": None, "gpus": None}
+    assert source == str(state)
     server, source = gpu_teardown.recorded_server({"pid": 7, "pgid": 7, "starttime": 1, "port": 30000}, None,
                                                   str(state), warnings)
     assert server["pid"] == 7 and source == "specbench_server"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "other_user"])
+def test_a_record_is_trusted_only_as_this_users_regular_file(tmp_path, kind):
+    """A symlink is never followed, a FIFO never waited on (O_NONBLOCK), another user's file never
+    believed: each names nothing, says why, and is neither signalled for nor retired."""
+    import time  # noqa: PLC0415
+
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import record  # noqa: PLC0415
+
+    state = tmp_path / "server.json"
+    real = tmp_path / "theirs.json"
+    real.write_text(json.dumps({"pid": 4321, "pgid": 4321, "starttime": 99}))
+    if kind == "symlink":
+        state.symlink_to(real)
+        why = "a symbolic link"
+    elif kind == "fifo":
+        os.mkfifo(state)
+        why = "not a regular file"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        state.write_text(real.read_text())
+        os.chown(state, 65534, 65534)
+        why = "owned by nobody"
+    warnings = []
+    began = time.monotonic()
+    server, source = gpu_teardown.recorded_server(None, None, str(state), warnings)
+    assert time.monotonic() - began < 1
+    assert server["pid"] is None and server["pgid"] is None and "(untrusted:" in source
+    assert why in warnings[-1] and f"rm {state}" in warnings[-1]
+    assert not record.retire_state_file(str(state), {"pid": 4321, "pgid": 4321, "starttime": 99}, "x", warnings)
+    assert "torn_down" not in real.read_text()
+
+
+def test_a_record_replaced_by_another_launch_is_never_retired(tmp_path):
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import record  # noqa: PLC0415
+
+    state = tmp_path / "server.json"
+    state.write_text(json.dumps({"pid": 5000, "pgid": 5000, "starttime": 120}))  # job B's, written after A read
+    warnings = []
+    assert not record.retire_state_file(str(state), {"pid": 4321, "pgid": 4321, "starttime": 99}, "gone", warnings)
+    assert "names another launch (pid 5000)" in warnings[-1] and "torn_down" not in state.read_text()
+    assert record.retire_state_file(str(state), {"pid": 5000, "pgid": 5000, "starttime": 120}, "gone", warnings)
+    assert json.loads(state.read_text())["torn_down"]["reason"] == "gone"
 
 
 def test_recorded_group_sources(tmp_path):
@@ -262,3 +308,65 @@ def test_a_record_is_void_only_when_it_is_another_boots():
         later.wait()
     assert "earlier boot" in gpu_teardown.void_reason({"starttime": 1, "boot_id": "another-boot"})
     assert "an earlier boot's" in gpu_teardown.void_reason({"starttime": 10**12})
+
+
+def test_the_systemd_unit_is_read_from_the_cgroup_and_named_in_the_fix(tmp_path, monkeypatch):
+    """/proc/<pid>/cgroup as systemd writes it (v2 and v1): the service a process runs in, whether the
+    user's manager runs it; session scopes are not units to stop."""
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table as pt  # noqa: PLC0415
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import respawn  # noqa: PLC0415
+
+    cases = {
+        101: ("0::/system.slice/specbench-serve-30000.service\n", ("specbench-serve-30000.service", False)),
+        102: ("0::/user.slice/user-1000.slice/user@1000.service/app.slice/trainer.service\n",
+              ("trainer.service", True)),
+        103: ("12:pids:/\n1:name=systemd:/system.slice/nvidia-dcgm.service\n0::/\n", ("nvidia-dcgm.service", False)),
+        104: ("0::/user.slice/user-0.slice/session-3.scope\n", (None, False)),
+    }
+    for pid, (text, _unused) in cases.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(text)
+    monkeypatch.setattr(pt, "PROC", str(tmp_path))
+    for pid, (_unused, expected) in cases.items():
+        assert respawn.systemd_unit(pid) == expected, pid
+    assert respawn.systemd_unit(999) == (None, False)
+    assert respawn.unit_matches("specbench-serve-30000.service", ["specbench-serve-*"])
+    assert respawn.unit_matches("specbench-serve-30000.service", ["specbench-serve-30000"])
+    assert not respawn.unit_matches("trainer.service", ["specbench-serve-*"])
+
+    class Words(respawn.Respawns):
+        respawn_failure = {"kind": "unit", "unit": "trainer.service", "user": True}
+        respawns = [{"pid": 7, "unit": "trainer.service", "user_unit": True, "parent": None}] * 3
+
+    text = Words().respawn_words()
+    assert "came back 3 time(s)" in text and "systemctl --user stop trainer.service" in text
+
+
+def test_a_target_in_a_specbench_unit_has_the_unit_stopped_through_systemctl(tmp_path, monkeypatch):
+    """serve.yml's unit (Restart=on-failure) is stopped with systemctl stop, once, before any signal;
+    a unit not on gpu_specbench_units is left to the signals (and traced if it restarts)."""
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table as pt  # noqa: PLC0415
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import respawn  # noqa: PLC0415
+
+    for pid, unit in ((4242, "specbench-serve-30000.service"), (4343, "trainer.service")):
+        (tmp_path / "proc" / str(pid)).mkdir(parents=True)
+        (tmp_path / "proc" / str(pid) / "cgroup").write_text(f"0::/system.slice/{unit}\n")
+    monkeypatch.setattr(pt, "PROC", str(tmp_path / "proc"))
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+
+    class Own(respawn.Respawns):
+        specbench_units = ["specbench-serve-*"]
+
+        def __init__(self):
+            self.units_stopped, self.log, self.warnings = [], [], []
+
+    own = Own()
+    assert own.stop_own_unit(4242) and not own.stop_own_unit(4242)  # once per unit
+    assert not own.stop_own_unit(4343)
+    assert calls.read_text().splitlines() == ["stop specbench-serve-30000.service"]
+    assert own.units_stopped == ["specbench-serve-30000.service"] and "done" in own.log[0]

@@ -33,13 +33,18 @@ class ProveClean:
         clean_since, clean_polls = None, 0
         while True:
             table = self._refresh() if rewalk else proc_table.snapshot()
-            gpus = self.backend.read_gpus()
+            gpus = self.read_gpus()
             if not self.target_gpus and not self.devices:
                 self.target_gpus = [g["index"] for g in gpus]
             fresh = self.rewalk(table, gpus) if rewalk else []
             if fresh:
-                self._escalate(fresh)
+                back = self.came_back(fresh, table)
+                if back and not self.handle_respawns():
+                    return None  # it keeps coming back from something this teardown does not stop
+                self._escalate(fresh, deadline, kill_first=bool(back))
                 clean_since, clean_polls = None, 0
+                if self.clock() >= deadline:
+                    return None
                 continue
             dirty = any(gpu_state.is_dirty(g, self.idle_mib) for g in gpus if g["index"] in self.target_gpus)
             now = self.clock()
@@ -48,9 +53,14 @@ class ProveClean:
             else:
                 clean_since = now if clean_since is None else clean_since
                 clean_polls += 1
+                # the settle window: longer while a killed process's parent lives on or it ran in a
+                # systemd service (either may start it again)
+                settle = self.settle
+                if rewalk and (self.respawns or self.in_services() or self.supervisors(table)):
+                    settle = max(settle, self.respawn_watch)
                 # two clean re-walks at least: a child forked by a process of the tree just after
                 # one snapshot (its parent then seen gone) shows in the next
-                if now - clean_since >= self.settle and (clean_polls >= 2 or not rewalk):
+                if now - clean_since >= settle and (clean_polls >= 2 or not rewalk):
                     return clean_since
             if clean_since is None and now >= deadline:
                 return None

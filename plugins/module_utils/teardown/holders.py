@@ -7,9 +7,19 @@ from __future__ import annotations
 import os
 
 from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
-from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import CONTROLLER_PREFIXES, GPU_NODE
+from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import (
+    CONTROLLER_PREFIXES,
+    DISPLAY_SERVERS,
+    GPU_NODE,
+)
 from ansible_collections.specbench.core.plugins.module_utils.teardown.signals import run_as_fix
-from ansible_collections.specbench.core.plugins.module_utils.teardown.words import ELSEWHERE, MONITOR, OTHER_USER_FIX
+from ansible_collections.specbench.core.plugins.module_utils.teardown.words import (
+    DISPLAY_REASON,
+    ELSEWHERE,
+    MONITOR,
+    OTHER_USER_FIX,
+    SHARED_ONLY,
+)
 
 
 def is_controller(info: proc_table.ProcInfo) -> bool:
@@ -17,6 +27,24 @@ def is_controller(info: proc_table.ProcInfo) -> bool:
     for arg in info.cmdline[:2]:
         base = os.path.basename(arg)
         if base.startswith(CONTROLLER_PREFIXES):
+            return True
+    return False
+
+
+def ansible_job(info: proc_table.ProcInfo, table: dict) -> bool:
+    """A process of an Ansible run (this one's or another job's): an Ansible program, a module
+    (AnsiballZ, its ansible-tmp folder) or below one, or the shell Ansible runs a pipelined
+    module in (``/bin/sh -c '... python... && sleep 0'``) and what runs under it."""
+    chain = [info.pid, *proc_table.ancestors(info.pid, table)]
+    for pid in chain:
+        anc = table.get(pid) if pid != info.pid else info
+        if anc is None:
+            continue
+        text = anc.command
+        if is_controller(anc) or "AnsiballZ_" in text or "/ansible-tmp-" in text:
+            return True
+        if anc.exe_name in ("sh", "bash", "dash") and len(anc.cmdline) >= 3 and anc.cmdline[1] == "-c" \
+                and anc.cmdline[2].rstrip().endswith("&& sleep 0"):
             return True
     return False
 
@@ -85,6 +113,7 @@ class FindHolders:
     def _refresh(self) -> dict:
         table = proc_table.snapshot()
         self.protected = protected(table)
+        self.table_now = table
         return table
 
     def _skip(self, info, step, reason, kind=None):
@@ -117,16 +146,30 @@ class FindHolders:
                                  run_as_fix(info.user))
                     return True
                 reason, kind = f"another user's process ({info.user}) this user may not inspect", "not_permitted"
+        if reason is None and self.display_server(info):
+            reason, kind = DISPLAY_REASON, "display_server"
         if reason is None:
             name = never_kill_match(info, self.never_kill)
             if name:
                 reason, kind = f"on gpu_never_kill ({name})", "never_kill"
         if reason is None and is_controller(info):
             reason, kind = "an Ansible program", "protected"
+        if reason is None and ansible_job(info, self.table_now):
+            reason, kind = "part of an Ansible run (another job's module or teardown?): never signalled", "protected"
         if reason is None:
             return False
         self._skip(info, step, reason, kind)
         return True
+
+    def read_gpus(self) -> list:
+        """The backend's GPUs, remembering which processes it lists as graphics processes."""
+        gpus = self.backend.read_gpus()
+        self.graphics_pids |= {p["pid"] for g in gpus for p in g["processes"] if p.get("type") == "graphics"}
+        return gpus
+
+    def display_server(self, info) -> bool:
+        """A graphics process (as the driver lists it), an X server, Xwayland or a Wayland compositor."""
+        return info.pid in self.graphics_pids or never_kill_match(info, list(DISPLAY_SERVERS)) is not None
 
     def _user_allowed(self, info) -> bool:
         return self.scope == "node" or self.kill_other_users or self.mine(info)
@@ -214,7 +257,21 @@ class FindHolders:
     def _uses(self, pid, gpus, nodes, held) -> set[int]:
         """The GPUs pid uses: where the driver lists its memory, else the GPUs whose node it holds."""
         listed = {g["index"] for g in gpus for p in g["processes"] if p["pid"] == pid}
-        return listed or {i for i, n in nodes.items() if n and n in held.get(pid, ())}
+        return listed or {i for i, n in nodes.items() if n and n in held.get(pid, ())} or self._meant(pid, gpus)
+
+    def _meant(self, pid, gpus) -> set[int]:
+        """The GPUs a process that holds none yet is meant for: its CUDA_VISIBLE_DEVICES (indexes or
+        UUIDs), read from /proc/<pid>/environ (this user's processes, or any as root); else none."""
+        value = proc_table.environ_value(pid, "CUDA_VISIBLE_DEVICES")
+        if value is None:
+            return set()
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        if not items:
+            return {-1}  # CUDA_VISIBLE_DEVICES="" : no GPU at all, so none of the targets
+        try:
+            return set(gpu_state.resolve_devices(gpus, items))
+        except gpu_state.GpuStateError:
+            return set()
 
     def _elsewhere(self, pid, table, gpus, held) -> bool:
         """It (or a child of it) uses GPUs, none of them a target: never signalled."""
@@ -225,6 +282,17 @@ class FindHolders:
         for member in {pid} | proc_table.descendants(pid, table):
             used |= self._uses(member, gpus, nodes, held)
         return bool(used) and not used & set(self.target_gpus)
+
+    def _shared_only(self, pid, table, gpus, held) -> bool:
+        """It (with its children) holds only the shared nodes (nvidiactl, nvidia-uvm, ...), no GPU's
+        node and no listed memory: a CUDA job still starting (no GPU chosen yet) or a monitor."""
+        gpu_nodes = {n for n in self._gpu_nodes(gpus).values() if n}
+        for member in {pid} | proc_table.descendants(pid, table):
+            if any(p["pid"] == member for g in gpus for p in g["processes"]):
+                return False
+            if set(held.get(member, ())) & gpu_nodes:
+                return False
+        return bool(gpu_nodes)
 
     def _mapping_unknown(self, gpus) -> bool:
         """Some GPU's device node is unknown while only some GPUs are targets: nodes say nothing."""
@@ -268,6 +336,9 @@ class FindHolders:
                 continue
             if self._elsewhere(pid, table, gpus, held):
                 self._skip(table[pid], "holder", ELSEWHERE)
+                continue
+            if self._shared_only(pid, table, gpus, held):
+                self._skip(table[pid], "holder", SHARED_ONLY)
                 continue
             if not self._exempt(table[pid], "holder"):
                 chosen.append(table[pid])

@@ -152,6 +152,19 @@ def boot_id() -> str | None:
     return (_read(f"{PROC}/sys/kernel/random/boot_id") or b"").decode("ascii", "replace").strip() or None
 
 
+def environ_value(pid, name: str) -> str | None:
+    """One variable of /proc/<pid>/environ (the environment it started with), or None when unset or
+    unreadable (another user's process, not root)."""
+    raw = _read(f"{PROC}/{pid}/environ")
+    if not raw:
+        return None
+    prefix = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix):].decode("utf-8", "replace")
+    return None
+
+
 def pid_namespace(pid) -> str | None:
     """The PID namespace of pid ('pid:[4026531836]'), or None when it cannot be read."""
     try:

@@ -13,11 +13,13 @@ nothing, and the launch's record stays on disk for whoever inspects the run.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import time
 
-from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown import gpu_state, proc_table
 from ansible_collections.specbench.core.plugins.module_utils.teardown.holders import defunct
 from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import TeardownInputError
 
@@ -35,13 +37,47 @@ def _int_field(record: dict, key: str, source: str):
         ) from exc
 
 
+def read_record_file(path: str) -> tuple[dict | None, str | None]:
+    """(the record, None), or (None, why it is not trusted or not readable).
+
+    Opened without following a symbolic link and without blocking (a FIFO in its place never
+    hangs the teardown), and trusted only as a regular file owned by the user the teardown runs
+    as: a record another user could write would let them aim the teardown at any process."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return None, "a symbolic link, never followed"
+        return None, f"unreadable ({exc.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, "not a regular file"
+        if info.st_uid != os.geteuid():
+            return None, (f"owned by {proc_table.user_name(info.st_uid)}, not by {proc_table.user_name(os.geteuid())} "
+                          "who runs the teardown")
+        with os.fdopen(fd, "rb") as fh:
+            fd = None
+            raw = fh.read(1 << 20)
+    except OSError as exc:
+        return None, f"unreadable ({exc.strerror})"
+    finally:
+        if fd is not None:
+            os.close(fd)
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    return (data, None) if isinstance(data, dict) else (None, "not a JSON object")
+
+
 def recorded_server(record, server_pgid, state_file: str | None, warnings: list[str]) -> tuple[dict, str]:
     """The launched server's pid, pgid, sid and starttime (each may be None), and their source.
 
     From ``record`` (the specbench_server fact) when it names a pid or pgid, else
     ``server_pgid``, else the launch role's state file.
     """
-    empty = {"pid": None, "pgid": None, "sid": None, "starttime": None, "boot_id": None}
+    empty = {"pid": None, "pgid": None, "sid": None, "starttime": None, "boot_id": None, "gpus": None}
     source = "none recorded"
     data = None
     if isinstance(record, dict) and any(record.get(k) not in (None, "") for k in ("pid", "pgid")):
@@ -54,17 +90,25 @@ def recorded_server(record, server_pgid, state_file: str | None, warnings: list[
                 f"server_pgid {server_pgid!r} is not a process group id: pass specbench_server.pgid (an integer)."
             ) from exc
         data, source = {"pgid": pgid}, "specbench_server.pgid"
-    elif state_file and os.path.exists(state_file):
+    elif state_file and os.path.lexists(state_file):
+        data, why = read_record_file(state_file)
+        if data is None:
+            if why and not why.startswith("not JSON"):
+                warnings.append(f"the server record {state_file} is not trusted: {why}. Nothing is signalled for it "
+                                f"and it is left as it is; remove it (rm {state_file}) if it is not yours.")
+                return empty, f"{state_file} (untrusted: {why})"
+            warnings.append(
+                f"{state_file} has no readable pgid ({why}); the recorded-tree step is skipped (the GPU memory "
+                "step still runs). Delete or fix the file.")
+            return empty, state_file
         try:
-            with open(state_file, encoding="utf-8") as fh:
-                data = json.load(fh)
-            if not isinstance(data, dict) or data.get("pgid") in (None, ""):
+            if data.get("pgid") in (None, ""):
                 raise KeyError("pgid")
             int(data["pgid"])
-        except (OSError, ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError) as exc:
             warnings.append(
-                f"{state_file} has no readable pgid ({exc.__class__.__name__}: {exc}); the recorded-tree "
-                "step is skipped (the GPU memory step still runs). Delete or fix the file."
+                f"{state_file} has no readable pgid ({exc.__class__.__name__}: {exc}); the recorded-tree step is "
+                "skipped (the GPU memory step still runs). Delete or fix the file."
             )
             return empty, state_file
         source = state_file
@@ -72,8 +116,10 @@ def recorded_server(record, server_pgid, state_file: str | None, warnings: list[
             return empty, f"{state_file} (retired: torn down at {data['torn_down'].get('at')})"
     if data is None:
         return empty, source
-    server = {key: _int_field(data, key, source) for key in empty if key != "boot_id"}
+    server = {key: _int_field(data, key, source) for key in empty if key not in ("boot_id", "gpus")}
     server["boot_id"] = str(data["boot_id"]) if data.get("boot_id") not in (None, "") else None
+    gpus = data.get("gpus")
+    server["gpus"] = [str(g) for g in gpus] if isinstance(gpus, list) and gpus else None
     for key in ("pid", "pgid", "sid"):
         if server[key] is not None and server[key] <= 1:
             warnings.append(f"recorded {key} {server[key]} (from {source}) is not a server's; ignored.")
@@ -102,27 +148,33 @@ def void_reason(server: dict) -> str | None:
     return None
 
 
-def retire_state_file(path: str, server: dict, reason: str, warnings: list[str], force: bool = False) -> bool:
-    """Mark the state file torn down when it still names ``server``'s pid and start time (another
-    launch may have replaced it since it was read), or unconditionally with ``force``."""
+def retire_state_file(path: str, server: dict, reason: str, warnings: list[str]) -> bool:
+    """Mark the state file torn down when it still names ``server`` (pid, pgid and start time as
+    read and verified): another launch may have replaced it since, and its record is never
+    retired by a teardown that did not verify it."""
+    data, why = read_record_file(path)
+    if data is None:
+        if why and not why.startswith("unreadable (No such"):
+            warnings.append(f"the server record {path} was not retired: {why}.")
+        return False
+    if data.get("torn_down"):
+        return False
+    keys = [k for k in ("pid", "pgid", "starttime") if server.get(k) is not None]
+    if not keys or not all(str(data.get(k)) == str(server[k]) for k in keys) or \
+            any(data.get(k) not in (None, "") and server.get(k) is None for k in ("pid", "starttime")):
+        warnings.append(f"the server record {path} now names another launch (pid {data.get('pid')}): left as it is "
+                        "for that launch's own teardown.")
+        return False
+    data["torn_down"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "reason": reason,
+                         "by": "specbench.core.gpu_teardown"}
+    tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if not isinstance(data, dict) or data.get("torn_down"):
-            return False
-        same = server.get("pid") is not None and server.get("starttime") is not None and all(
-            str(data.get(k)) == str(server[k]) for k in ("pid", "starttime"))
-        if not (same or force):
-            return False
-        data["torn_down"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "reason": reason,
-                             "by": "specbench.core.gpu_teardown"}
-        tmp = f"{path}.tmp.{os.getpid()}"
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
         os.replace(tmp, path)
         return True
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         warnings.append(f"could not retire the server record {path} ({exc}): delete it by hand.")
         return False
 
@@ -155,8 +207,11 @@ class RecordedTree:
                 self.record_stale = True
                 self.warnings.append(
                     f"the recorded server pid {pid} ({self.server_source}) now belongs to another process (its "
-                    "start time differs): a stale record; its group and session are left alone.")
-            leader = None
+                    "start time differs): a stale record; that process, its group and session are left alone.")
+        if self.record_stale and not self.tree_known:
+            return []  # a reused pid: nothing the record names is verifiably the server's
+        if not self.record_on_targets(table):
+            return []
         genuine = leader is not None and start is not None
         verified = {p for p, st in self.tree_known.items() if p in table and table[p].starttime == st}
         if genuine:
@@ -164,7 +219,7 @@ class RecordedTree:
         members = set(verified)
         for root in verified:
             members |= proc_table.descendants(root, table)
-        nodes = None
+        listed = None
         for field, value in sorted(self._tree_ids(leader if genuine else None)):
             for other, info in table.items():
                 if other in members or getattr(info, field) != value:
@@ -175,11 +230,14 @@ class RecordedTree:
                     members.add(other)
                     continue
                 elif start is None:
-                    nodes = set(proc_table.expand_nodes(self.device_glob)) if nodes is None else nodes
-                    if proc_table.open_nodes(other, nodes, info.state, info.threads):
+                    # holding a device node proves nothing (nvtop in a reused group): GPU memory held by it
+                    # or a descendant of it does (a server's workers), as the patterns do
+                    listed = {p["pid"] for g in self.read_gpus() for p in g["processes"]} if listed is None else listed
+                    if ({other} | proc_table.descendants(other, table)) & listed:
                         members.add(other)
                         continue
-                    why = "an old record without a start time, and it neither matches gpu_kill_patterns nor holds a node"
+                    why = ("an old record without a start time, and neither it nor a child of it holds GPU memory or "
+                           "matches gpu_kill_patterns")
                 else:
                     why = "the recorded server is gone and it does not match gpu_kill_patterns"
                 self.tree_unverified.add(other)
@@ -188,6 +246,42 @@ class RecordedTree:
         for member in members:
             self.tree_known[member] = table[member].starttime
         return [table[p] for p in sorted(members) if not defunct(table[p])]
+
+    def record_on_targets(self, table) -> bool:
+        """With gpu_devices naming some GPUs, a record read from disk is touched only when its
+        server is on one of them: by the GPUs it recorded (CUDA_VISIBLE_DEVICES at launch), else
+        by what its live tree uses. One that cannot be told is left alone (another job's?)."""
+        if self.record_elsewhere is not None:
+            return not self.record_elsewhere
+        self.record_elsewhere = False
+        if not self.devices or self.server_source == "specbench_server":
+            return True
+        gpus = self.read_gpus()
+        every = {g["index"] for g in gpus}
+        if set(self.target_gpus) >= every:
+            return True
+        used, how = set(), "recorded"
+        if self.server.get("gpus"):
+            try:
+                used = set(gpu_state.resolve_devices(gpus, self.server["gpus"]))
+            except gpu_state.GpuStateError:
+                used = set()
+        if not used:
+            how = "in use"
+            held = proc_table.holders(proc_table.expand_nodes(self.device_glob), table)
+            pid, start = self.server["pid"], self.server["starttime"]
+            if pid in table and (start is None or table[pid].starttime == start):
+                for member in {pid} | proc_table.descendants(pid, table):
+                    used |= self._uses(member, gpus, self._gpu_nodes(gpus), held)
+        if used & set(self.target_gpus):
+            return True
+        self.record_elsewhere = True
+        where = (f"on GPU {', '.join(map(str, sorted(used)))} ({how}), outside gpu_devices" if used else
+                 "on GPUs that cannot be told (no GPUs recorded, none in use)")
+        self.warnings.append(
+            f"the server record {self.server_source} names a server {where}: left alone, not retired (another "
+            "job's?). Tear it down with gpu_devices naming its GPUs, or empty for every GPU.")
+        return False
 
     def launched_tree(self, table) -> list:
         """(a): the verified members of the recorded tree that this teardown may signal."""
@@ -223,4 +317,6 @@ class RecordedTree:
             reason = "no process of the recorded tree is left"
         else:
             return False
-        return retire_state_file(path, self.server, reason, self.warnings, force=self.server_source == path)
+        if self.record_elsewhere or self.record_untrusted:
+            return False  # a record of servers outside gpu_devices, or one this user did not write
+        return retire_state_file(path, self.server, reason, self.warnings)

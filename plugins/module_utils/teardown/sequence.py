@@ -54,6 +54,7 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown.record imp
     recorded_server,
     void_reason,
 )
+from ansible_collections.specbench.core.plugins.module_utils.teardown.respawn import Respawns, boot_ticks
 from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import (
     DEFAULT_KILL_PATTERNS,
     DEFAULT_NEVER_KILL,
@@ -77,13 +78,14 @@ __all__ = [
 ]
 
 
-class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
+class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, ResultWords):
     """One teardown run. ``clock``/``sleep`` are injectable for the benchmark."""
 
     def __init__(self, backend, device_glob, *, idle_mib=64, never_kill=None, kill_patterns=None,
                  server_pgid=None, server_state_file=None, server_record=None, kill_scope="own",
                  kill_other_users=False, devices=None, term_timeout_s=15.0, kill_timeout_s=10.0,
-                 clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.1, check_mode=False,
+                 clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.1, respawn_watch_s=3.0,
+                 specbench_units=None, check_mode=False,
                  clock=time.monotonic, sleep=time.sleep):
         self.warnings: list[str] = []
         self.backend = backend
@@ -101,6 +103,14 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         self.clean_timeout = check_number("gpu_clean_timeout_s", clean_timeout_s, 0)
         self.poll_interval = check_number("gpu_poll_interval_s", poll_interval_s, 0)
         self.settle = check_number("gpu_settle_s", settle_s, 0, strict=False)
+        self.respawn_watch = check_number("gpu_respawn_watch_s", respawn_watch_s, 0, strict=False)
+        self.specbench_units = check_names([] if specbench_units is None else specbench_units,
+                                           "gpu_specbench_units", "['specbench-serve-*']")
+        self.respawns: list[dict] = []  # targets that started after this teardown began, traced
+        self.respawn_failure: dict | None = None
+        self.units_stopped: list[str] = []
+        self.began_ticks = boot_ticks()
+        self.clean_read_at: float | None = None  # a clean stretch that a later read contradicted
         if self.poll_interval > self.clean_timeout:
             raise TeardownInputError(
                 f"gpu_poll_interval_s {poll_interval_s} is longer than gpu_clean_timeout_s {clean_timeout_s}: "
@@ -113,6 +123,10 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         self.state_file = server_state_file
         self.record_void: str | None = None  # why the record names nothing of this boot ("" once checked)
         self.record_stale = False  # the recorded pid belongs to another process now
+        self.record_elsewhere: bool | None = None  # a record of a server outside gpu_devices (None: not checked)
+        self.record_untrusted = "(untrusted:" in self.server_source
+        self.table_now: dict = {}  # the last process table read
+        self.graphics_pids: set[int] = set()  # listed by the driver as graphics processes
         self.tree_known: dict[int, int] = {}  # verified members seen: pid -> start time
         self.tree_ids: set[tuple[str, int]] = set()  # ("pgid" | "sid", id) of the recorded tree
         self.tree_unverified: set[int] = set()
@@ -181,7 +195,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         started = self.clock()
         backend = self.backend
         table = self._refresh()
-        gpus = backend.read_gpus()
+        gpus = self.read_gpus()
         self.target_gpus = gpu_state.resolve_devices(gpus, self.devices)
         before = gpu_state.read_state(backend, self.device_glob, self.idle_mib, table, self.devices, gpus)
         if self.check_mode:
@@ -197,7 +211,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         # 2. its survivors, what it left behind, and the memory holders (scope node: the patterns):
         # TERM, wait, KILL, wait
         table = self._refresh()
-        gpus = backend.read_gpus()
+        gpus = self.read_gpus()
         step2 = [p for p in self.targets if self._alive(p)]
         step = "pattern" if self.scope == "node" else "memory"
         found = [(self.launched_tree(table), "launched")]
@@ -205,7 +219,9 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         for infos, step in found:
             step2 += [p for p in self._add(infos, step) if p not in step2]
         if step2:
-            self._escalate(step2)
+            # what started since this teardown began came back (a successor forked on SIGTERM): SIGKILL
+            back = self.came_back([p for p in step2 if not self.targets[p]["signals"]], table)
+            self._escalate(step2, back=set(back))
         kills_done = self.kills_done = self.clock()
 
         # 3. re-walk (scope node: with every holder of the target GPUs' nodes, the fuser step) and
@@ -220,6 +236,10 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
         result = self._result(before, after, started)
         result["time_to_clean_s"] = round(clean_at - kills_done, 4) if clean_at is not None else None
         result["clean"] = clean_at is not None and after["clean"]
+        if clean_at is not None and not after["clean"]:
+            self.clean_read_at = clean_at
+        result["respawns"] = self.respawns
+        result["units_stopped"] = self.units_stopped
         result["recorded_server_retired"] = self.retire_record(table)
         if not result["clean"]:
             result["msg"] = self.failure(after, table)
@@ -244,6 +264,8 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, ResultWords):
             self.skipped.pop(item["pid"], None)
         result = self._result(before, before, started)
         result.update(
+            respawns=[],
+            units_stopped=[],
             recorded_server_retired=False,
             would_kill=plan,
             clean=before["clean"] and not self.refused,

@@ -15,6 +15,13 @@ DEFAULT_NEVER_KILL = [
     "nvidia-cuda-mps-control",
     "Xorg",
 ]
+# Display servers: X servers, Xwayland and the Wayland compositors (what holds a desktop's
+# framebuffers). Never signalled in any scope, whatever gpu_never_kill says, like every process
+# the driver lists as a graphics process; a teardown whose target GPU they hold fails naming them.
+DISPLAY_SERVERS = (
+    "Xorg", "X", "Xwayland", "gnome-shell", "mutter", "kwin_wayland", "kwin_x11", "weston", "sway", "Hyprland",
+    "wayfire", "labwc", "river", "cage", "gamescope", "cosmic-comp", "niri", "enlightenment", "gdm-wayland-session",
+)
 # What the engines' processes are (fields: see proc_table.identity). Data, also in the role's
 # defaults (gpu_engine_kill_patterns), where the emulator's are scoped to its device folder.
 ENGINE_KILL_PATTERNS = {
@@ -122,12 +129,11 @@ def compile_patterns(patterns) -> list[Pattern]:
     return [Pattern(i, spec) for i, spec in enumerate(patterns)]
 
 
-def check_names(never_kill) -> list[str]:
-    if not isinstance(never_kill, list) or not all(isinstance(n, str) and n.strip() for n in never_kill):
-        raise TeardownInputError(
-            "gpu_never_kill must be a list of non-empty process names, e.g. ['nvidia-persistenced', 'Xorg']."
-        )
-    return list(never_kill)
+def check_names(names, setting: str = "gpu_never_kill", example: str = "['nvidia-persistenced', 'Xorg']") -> list[str]:
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        what = "process names" if setting == "gpu_never_kill" else "names"
+        raise TeardownInputError(f"{setting} must be a list of non-empty {what}, e.g. {example}.")
+    return list(names)
 
 
 def check_number(name: str, value, minimum: float, strict: bool = True) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.respawn import systemd_unit
 from ansible_collections.specbench.core.plugins.module_utils.teardown.settings import SIGNAL_NAMES
 
 
@@ -37,6 +38,9 @@ class Signalling:
             if not self._alive(pid):
                 continue
             name = SIGNAL_NAMES[sig]
+            if self.stop_own_unit(pid) and not self._alive(pid):
+                t.setdefault("unit", systemd_unit(pid)[0])
+                continue
             if self.backend.deliverable(pid):
                 outcome = proc_table.send_signal(pid, t["info"].starttime, sig)
                 if outcome == proc_table.GONE:
@@ -49,29 +53,35 @@ class Signalling:
                                  run_as_fix(info.user))
                     self.log.append(f"{name} pid {pid} ({t['step']}): not permitted")
                     continue
+            if not t["signals"]:
+                t["unit"] = systemd_unit(pid)[0]
             t["signals"].append(name)
             self.log.append(f"{name} pid {pid} ({t['step']}): {t['info'].command[:200]}")
 
-    def _wait(self, pids, timeout) -> list[int]:
-        """Wait until all of pids are gone or the deadline passes; the survivors."""
+    def _wait(self, pids, timeout, until=None) -> list[int]:
+        """Wait until all of pids are gone or the deadline passes (``until``, when sooner); the survivors."""
         deadline = self.clock() + timeout
+        if until is not None:
+            deadline = min(deadline, until)
         while True:
             alive = [p for p in pids if self._alive(p)]
             if not alive or self.clock() >= deadline:
                 return alive
             self.sleep(self.poll_interval)
 
-    def _escalate(self, pids):
+    def _escalate(self, pids, until=None, kill_first=False, back=()):
         """TERM those not yet asked, wait; KILL the survivors not yet killed, wait. Each process is
         waited for once per signal: one that outlives its SIGKILL wait in state D is stuck in the
-        driver (no signal reaches it) and never waited for again."""
-        fresh = [p for p in pids if not self.targets[p]["signals"]]
+        driver (no signal reaches it) and never waited for again. ``until``: no wait passes it
+        (the clean deadline); ``kill_first``: every one of them came back, ``back``: these did:
+        SIGKILL at once (a process forking its successor on SIGTERM gets no chance to)."""
+        fresh = [p for p in pids if not self.targets[p]["signals"] and not kill_first and p not in back]
         self._signal(fresh, signal.SIGTERM)
         if fresh:
-            self._wait(fresh, self.term_timeout)
+            self._wait(fresh, self.term_timeout, until)
         survivors = [p for p in pids if self._alive(p) and "SIGKILL" not in self.targets[p]["signals"]]
         self._signal(survivors, signal.SIGKILL)
-        left = self._wait(survivors, self.kill_timeout) if survivors else []
+        left = self._wait(survivors, self.kill_timeout, until) if survivors else []
         for pid in left:
             info = proc_table.read_proc(pid)
             if self.backend.state_of(pid) == "D" or (info is not None and info.state == "D"):

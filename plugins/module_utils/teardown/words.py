@@ -25,12 +25,15 @@ OTHER_USER_FIX = (
     "teardown must then run as root, become: true)"
 )
 DISPLAY_ADVICE = (
-    "a display server (a graphics process: Xorg, a Wayland compositor) holds memory on this GPU; "
-    "the teardown never kills it (gpu_never_kill). Fix: stop the display manager (systemctl stop "
-    "gdm, lightdm or sddm; or systemctl isolate multi-user.target), drive the display from another "
+    "a display server (a graphics process, Xorg, Xwayland or a Wayland compositor such as gnome-shell) "
+    "holds memory on this GPU; the teardown never signals one. Fix: stop the display manager (systemctl "
+    "stop gdm, lightdm or sddm; or systemctl isolate multi-user.target), drive the display from another "
     "GPU, or leave this GPU out of gpu_devices"
 )
+DISPLAY_REASON = "a display server (graphics process, X server, Xwayland or Wayland compositor): never signalled"
 MONITOR = "holding a device node, no memory: left running"
+SHARED_ONLY = ("holds only the shared nodes (nvidiactl, nvidia-uvm), no GPU's node and no memory: a job still "
+               "starting or a monitor; left running")
 ELSEWHERE = "uses only GPUs outside gpu_devices (itself or its children): left running"
 
 
@@ -75,7 +78,10 @@ class ResultWords:
             text = f"{gpus} target GPU(s) clean; nothing to kill"
         else:
             names = ", ".join(f"{k['pid']} ({k['signal']})" for k in result["killed"])
-            text = f"{gpus} target GPU(s) clean {result['time_to_clean_s']}s after the last holder exited; killed {names}"
+            text = (f"{gpus} target GPU(s) clean, read clean {result['time_to_clean_s']}s after the signal rounds "
+                    f"ended and held for the settle window; killed {names}")
+        if self.respawns:
+            text += f"; {len(self.respawns)} holder(s) came back while it ran and got SIGKILL at once"
         monitors = [s["pid"] for s in result["left_alone"] if s["reason"] == MONITOR]
         if monitors:
             text += f"; {len(monitors)} process(es) {MONITOR} ({', '.join(map(str, monitors))})"
@@ -117,17 +123,36 @@ class ResultWords:
             return {"D": "d_state", "Z": "zombie"}[state]
         return self.skipped.get(pid, {}).get("kind") or "alive"
 
+    def _old_driver(self) -> bool:
+        """A driver that may report no per-process memory in a container (before 565), or unknown."""
+        version = str(self.backend.driver_version or "")
+        try:
+            return int(version.split(".", maxsplit=1)[0]) < 565
+        except ValueError:
+            return True
+
     def _problem(self, kind, text, **fields) -> None:
         self.problems.append({"kind": kind, **fields, "message": text})
 
     def failure(self, after, table) -> str:
         """The failure text; each fact in it is also in self.problems, one structured entry each."""
         self.problems = []
-        if self.gave_up_at is not None:
+        spent = self.clock() - self.kills_done
+        if self.respawn_failure is not None:
+            when = (f"not clean: gave up after {spent:.1f}s of the {self.clean_timeout:g}s allowed, since "
+                    f"{self.respawn_words()}")
+            self._problem("respawn", self.respawn_words(), source=self.respawn_failure, respawns=self.respawns)
+        elif self.gave_up_at is not None:
             when = (f"not clean: gave up after {self.gave_up_at - self.kills_done:.1f}s of the {self.clean_timeout:g}s "
                     "allowed, since only processes no signal from here removes hold their memory")
+        elif self.clean_read_at is not None:
+            when = (f"not clean: they read clean {self.clean_read_at - self.kills_done:.2f}s after the signal rounds, "
+                    f"but the last read, {spent:.2f}s after them, shows memory in use again (something took the GPU "
+                    "back)")
         else:
-            when = f"not clean after {self.clean_timeout:g}s"
+            when = f"not clean after {spent:.1f}s (gpu_clean_timeout_s {self.clean_timeout:g})"
+            if self.respawns:
+                when += f"; {self.respawn_words()}"
         lines = [
             f"Target GPUs {when} (threshold {self.idle_mib} MiB, backend {self.backend.name}, scope "
             f"{self.scope}); do not benchmark on them."
@@ -150,9 +175,10 @@ class ResultWords:
             lines.append(f"GPU {index} ({gpu['uuid']}): {used} MiB used, {kinds}.")
             for proc in gpu["processes"]:
                 why = (self.refused.get(proc["pid"]) or self.skipped.get(proc["pid"]) or {}).get("reason", "")
-                graphics = proc.get("type") == "graphics"
+                graphics = proc.get("type") == "graphics" or (self.skipped.get(proc["pid"]) or {}).get(
+                    "kind") == "display_server"
                 if graphics:
-                    why = f"{DISPLAY_ADVICE}" + (f" ({why})" if why else "")
+                    why = DISPLAY_ADVICE
                 text = self.describe(proc["pid"], table, why)
                 lines.append(f"  {text}")
                 self._problem(self._kind(proc["pid"], table, graphics), text, gpu=index, pid=proc["pid"],
@@ -161,7 +187,7 @@ class ResultWords:
             node_holders = [pid for pid, h in holders.items() if nodes.get(index) in h["nodes"]]
             unexplained = (used or 0) - attributed
             if not visible and (used or 0) > self.idle_mib:
-                if node_holders:
+                if node_holders and self._old_driver():
                     lines.append(f"  {used} MiB used: {UNATTRIBUTED_ADVICE}:")
                     for pid in node_holders:
                         why = (self.refused.get(pid) or self.skipped.get(pid) or {}).get("reason", "")
@@ -170,6 +196,12 @@ class ResultWords:
                                   mib=used, holders=node_holders)
                 else:
                     lines.append(f"  {used} MiB with no process visible here: {OUTSIDE_ADVICE}.")
+                    if node_holders:
+                        lines.append(f"  (driver {self.backend.driver_version} reports per-process memory in a "
+                                     "container, so the holders of its node here hold none of it:)")
+                        for pid in node_holders:
+                            why = (self.refused.get(pid) or self.skipped.get(pid) or {}).get("reason", "")
+                            lines.append(f"    {self.describe(pid, table, why)}")
                     self._problem("outside_namespace", f"GPU {index}: {used} MiB with no process visible here: "
                                   f"{OUTSIDE_ADVICE}", gpu=index, mib=used)
             elif (all(p["used_memory_mib"] is not None for p in visible) and unexplained > self.idle_mib
