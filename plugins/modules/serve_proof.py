@@ -15,7 +15,10 @@ description:
     (C(specbench_compare.proof_rows); verdicts C(better), C(matches), C(worse), C(unclear)).
   - Writes C(<results_dir>/<run_id>/<host>/serve.json) at once (atomically), before anything else can
     fail, then returns what C(serve_on_regression) says to do when a level is clearly worse, and the
-    static mode to roll back to.
+    configuration to roll back to (the run's best static mode, no schedule, no table; none when that is
+    the configuration served). With C(keep), a clearly worse level is a warning on the console.
+  - One port, one current claim - every other run's C(serve.json) on this host that still says it is
+    served at the same address is retired (C(state: retired)), its proof kept.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -104,6 +107,17 @@ rollback_mode:
   description: The static mode to roll back to (fastest at the most levels of the run).
   returned: success
   type: str
+rollback_plan:
+  description: >-
+    The configuration to roll back to (C(specbench_compare.rollback_plan)); null when the run has no static
+    configuration other than the one served.
+  returned: success
+  type: dict
+retired:
+  description: The other runs whose serve.json on this host was retired (they claimed the same address).
+  returned: success
+  type: list
+  elements: str
 """
 
 import json
@@ -170,6 +184,7 @@ def main():
         "on_regression": p["on_regression"],
         "action": action,
         "proof_file": os.path.relpath(p["served_file"], host_dir),
+        "state": cmp.SERVED,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if p["attempt"]:
@@ -177,14 +192,24 @@ def main():
         doc["rollback"] = {"from": p["attempt"].get("mode"), "to": doc["mode"],
                            "text": f"{p['attempt'].get('mode')} was clearly slower than the best static mode at "
                                    f"C={', '.join(map(str, p['attempt'].get('worse') or []))}; serving {doc['mode']} "
-                                   "(fastest at the most levels of the run), held against its own measurement"}
+                                   "as the run measured it (static: no schedule, no adaptive table; the static mode "
+                                   "fastest at the most levels of the run), held against its own measurement"}
     doc["worse"] = verdict["worse"]
     doc["unclear"] = verdict["unclear"]
     path = os.path.join(host_dir, "serve.json")
     if not module.check_mode:
         report.write_atomic(path, report.dump_json(doc))
+    retired = cmp.retire_others(p["results_dir"], p["host"], doc["base_url"], p["run_id"],
+                                f"replaced by run {p['run_id']} ({doc['mode']}) at {doc['base_url']}",
+                                write=not module.check_mode)
+    if action == "keep":
+        warnings.append(f"{doc['mode']} is clearly slower than the best static mode at C="
+                        f"{', '.join(map(str, verdict['worse']))} and keeps running (serve_on_regression: keep); "
+                        f"see {path}")
+    static = cmp.rollback_mode(results)
     module.exit_json(changed=not module.check_mode, doc=doc, path=path, verified=verdict["verified"], action=action,
-                     rollback_mode=cmp.rollback_mode(results), warnings=warnings)
+                     rollback_mode=static, rollback_plan=cmp.rollback_plan(static, p["plan"]), retired=retired,
+                     warnings=warnings)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
 - ``schedule``: what serve.yml serves (the mode, vLLM's per-batch-size schedule);
-- ``serve_proof``: the served configuration's confirmatory sweep held against the run.
+- ``serve_proof``: the served configuration's confirmatory sweep held against the run;
+- ``serve_guard``: what serve.yml may serve (a complete run, the measured command, the run's
+  workload), when a running configuration is up to date, the rollback configuration, retired records.
 """
 
 from __future__ import annotations
@@ -44,6 +46,20 @@ from .recommend import (
 )
 from .refine import refine_plan
 from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
+from .serve_guard import (
+    RETIRED,
+    SERVED,
+    WORKLOAD_KEYS,
+    identity_differences,
+    incomplete_problems,
+    proof_workload,
+    retire,
+    retire_others,
+    rollback_plan,
+    run_time_scale,
+    same_configuration,
+    up_to_date,
+)
 from .serve_proof import ON_REGRESSION, best_static, proof_rows, proof_verdict, regression_action, rollback_mode
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
@@ -72,6 +88,9 @@ __all__ = [
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
     "BASELINE_SERVED", "served_series",
+    "RETIRED", "SERVED", "WORKLOAD_KEYS", "identity_differences", "incomplete_problems", "proof_workload", "retire",
+    "retire_others",
+    "rollback_plan", "run_time_scale", "same_configuration", "up_to_date",
     "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
