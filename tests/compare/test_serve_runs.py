@@ -5,13 +5,19 @@ crossover is near 50), all in one module-scoped fixture:
 1. compare.yml: baseline and eagle3 at C = 16 and 64 (short windows);
 2. serve.yml (serve_on_regression: keep): serves eagle3-adaptive with the run's adaptive table,
    proves it, serve.json written, report.md re-rendered with a Served section;
-3. serve.yml again: the service runs that configuration and answers: ``changed`` nowhere;
+3. serve.yml again: where the first proof verified, the service runs that configuration and
+   answers: ``changed`` nowhere; where it did not (a failed or unclear proof is never up to date),
+   it is launched and proved again;
+3b. serve.yml -e serve_mode=baseline with a launch that cannot become ready (the emulator loading
+   for 60 s, 3 s allowed): the play fails naming both, and the configuration that ran before is
+   restored exactly as it ran and answers /health (never nothing serving);
 4. serve.yml -e serve_mode=baseline (another configuration replaces the service): the baseline is
    clearly slower where eagle3 clearly pays (C=16, 1.6x [1.4, 1.8] in a full run): the proof fails
    there and the default rollback serves the static mode fastest at the most levels (one each: then
    the one nearest the best over both, eagle3, 0.84 against the baseline's 1 / 1.6), held against
    its own measurement;
-5. serve.yml -e serve_state=absent: the service stopped, the GPUs (emulated) clean.
+5. serve.yml -e serve_state=absent: the service stopped, the GPUs (emulated) clean, serve.json
+   retired and the report's Served section saying no longer served.
 
 The proof's verdicts are statistics: a rollback's own check compares a mode with its own earlier
 measurement, and its 95% intervals may still read "worse" by chance (at most 2.5% per level, one
@@ -51,8 +57,10 @@ def served(tmp_path_factory):
             runs["compare"] = run_playbook(tmp / "c", "playbooks/compare.yml", inventory(hosts), extravars=extra,
                                            timeout=420)
             keep = {"serve_on_regression": "keep"}
-            for name, more in (("serve", keep), ("again", keep), ("rollback", {"serve_mode": "baseline"}),
-                               ("absent", {"serve_state": "absent"})):
+            nostart = {"serve_mode": "baseline", "sglang_server_emulator_load_seconds": 60,
+                       "sglang_server_ready_timeout": 3}
+            for name, more in (("serve", keep), ("again", keep), ("nostart", nostart),
+                               ("rollback", {"serve_mode": "baseline"}), ("absent", {"serve_state": "absent"})):
                 # What the run before left, for the tests (the next run rewrites it).
                 for src, dest in ((tmp / "results/srv/llama/serve.json", tmp / f"before-{name}-serve.json"),
                                   (tmp / "results/srv/llama/report.md", tmp / f"before-{name}-report.md"),
@@ -67,7 +75,8 @@ def served(tmp_path_factory):
         return runs["compare"]
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
-    run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in ("serve", "again", "rollback", "absent")
+    run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in ("serve", "again", "nostart", "rollback",
+                                                                          "absent")
                  if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
@@ -109,12 +118,33 @@ def test_serve_launches_the_adaptive_table_and_writes_its_proof(served):
     assert "## Served" in report and "eagle3-adaptive" in report.split("## Served")[1]
 
 
-def test_serving_the_same_run_again_changes_nothing(served):
-    run, _tmp = served
+def test_serving_the_same_run_again_changes_nothing_only_after_a_verified_proof(served):
+    run, tmp = served
     again = run.extra["again"]
+    first = json.loads((tmp / "before-again-serve.json").read_text())
     assert again.rc == 0, again.stdout[-6000:]
-    assert again.changed() == [], again.stdout[-6000:]
-    assert "already runs" in again.stdout
+    if first["verified"]:
+        assert again.changed() == [], again.stdout[-6000:]
+        assert "already runs" in again.stdout and "nothing launched" in again.stdout
+    else:  # a failed or unclear proof is never up to date: proved again, a new serve.json
+        assert "already runs" not in again.stdout and "launching and proving" in again.stdout, again.stdout[-6000:]
+        second = json.loads((tmp / "before-nostart-serve.json").read_text())
+        assert second["written_at"] != first["written_at"] or second["levels"] != first["levels"]
+
+
+def test_a_launch_that_fails_restores_the_previous_service(served):
+    run, tmp = served
+    nostart = run.extra["nostart"]
+    assert nostart.rc != 0, nostart.stdout[-6000:]
+    before = json.loads((tmp / "before-nostart-server.json").read_text())
+    after = json.loads((tmp / "before-rollback-server.json").read_text())
+    assert "baseline did not start" in nostart.stdout and "was restored and answers /health" in nostart.stdout, \
+        nostart.stdout[-6000:]
+    # The same configuration runs again, exactly as it ran (its command), in a new process.
+    assert after["command"] == before["command"] and after["mode"] == before["mode"] == "eagle3-adaptive"
+    assert after["pid"] != before["pid"] and after["restored_after"] == "baseline did not start"
+    # serve.json still tells the truth: what runs is the configuration it records.
+    assert json.loads((tmp / "before-rollback-serve.json").read_text())["launch_command"] == after["command"]
 
 
 def test_a_mode_that_loses_is_rolled_back_to_the_best_static_mode(served):
@@ -145,3 +175,7 @@ def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):
     record = json.loads((tmp / "before-absent-server.json").read_text())
     teardown = absent.task("then wait for clean GPUs")
     assert teardown["clean"] is True and record["pid"] in [k["pid"] for k in teardown["killed"]], teardown
+    doc = json.loads((host_dir(tmp) / "serve.json").read_text())
+    assert doc["state"] == "retired" and "serve_state=absent" in doc["retired_why"]
+    served = (host_dir(tmp) / "report.md").read_text().split("## Served")[1]
+    assert "**No longer served**" in served and "was served at" in served

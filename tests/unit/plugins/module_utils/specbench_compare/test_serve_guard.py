@@ -1,0 +1,126 @@
+"""serve.yml's guards as pure functions (issue 38): a failed or unclear proof is never up to date,
+serve_on_regression is part of what must match, rollback is to a configuration (static n-gram is a
+target for n-gram with a schedule), an incomplete run is refused, the launched command is held to
+the measured one (model, draft, speculative settings), the proof repeats the run's workload and time
+scale, and one port has one current claim (retire_others). Hand-built inputs, well under a second."""
+
+from __future__ import annotations
+
+import json
+
+from compare_synth import level, result
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils.report import render as rep
+
+PLAN = {"mode": "eagle3-adaptive", "engine": "emulator", "schedule": None, "adaptive_config": {"1": [3, 1, 4]},
+        "text": "eagle3-adaptive with the run's adaptive table"}
+
+
+def served_doc(**over):
+    doc = {"run_id": "r1", "plan": dict(PLAN), "mode": PLAN["mode"], "verified": True, "on_regression": "rollback",
+           "text": "verified: ...", "state": "served", "base_url": "http://127.0.0.1:30000"}
+    doc.update(over)
+    return doc
+
+
+# ------------------------------------------------------------------ up_to_date
+def test_only_a_verified_proof_of_this_plan_under_the_same_on_regression_is_up_to_date():
+    assert cmp.up_to_date(served_doc(), "r1", PLAN, "rollback") == (True, "")
+    ok, why = cmp.up_to_date(served_doc(verified=False, text="not verified: clearly slower at C=16"), "r1", PLAN,
+                             "rollback")
+    assert not ok and "clearly slower at C=16" in why and "proved again" in why
+    ok, why = cmp.up_to_date(served_doc(), "r1", PLAN, "keep")
+    assert not ok and "serve_on_regression=rollback" in why and "keep" in why
+    assert not cmp.up_to_date(served_doc(), "r2", PLAN, "rollback")[0]
+    assert not cmp.up_to_date({}, "r1", PLAN, "rollback")[0]
+    assert not cmp.up_to_date(served_doc(state="retired", retired_why="absent"), "r1", PLAN, "rollback")[0]
+    assert not cmp.up_to_date(served_doc(), "r1", {**PLAN, "adaptive_config": {"1": [1, 1, 2]}}, "rollback")[0]
+
+
+def test_a_verified_rollback_of_this_plan_is_up_to_date():
+    rolled = served_doc(plan={"mode": "eagle3", "engine": "emulator", "schedule": None, "adaptive_config": None},
+                        mode="eagle3", rolled_back_from={"mode": PLAN["mode"], "plan": dict(PLAN)})
+    assert cmp.up_to_date(rolled, "r1", PLAN, "rollback") == (True, "")
+    assert not cmp.up_to_date({**rolled, "verified": False}, "r1", PLAN, "rollback")[0]
+
+
+# ------------------------------------------------------------------ rollback to configurations
+def test_rollback_is_to_a_configuration_not_a_name():
+    ngram_scheduled = {"mode": "ngram", "engine": "vllm", "schedule": [[1, 4, 3], [5, 32, 0]], "adaptive_config": None}
+    target = cmp.rollback_plan("ngram", ngram_scheduled)
+    assert target["mode"] == "ngram" and target["schedule"] is None and target["adaptive_config"] is None
+    assert "static" in target["text"]
+    static = {"mode": "ngram", "engine": "vllm", "schedule": None, "adaptive_config": None}
+    assert cmp.rollback_plan("ngram", static) is None  # the one served: nothing else to roll back to
+    assert cmp.rollback_plan(None, static) is None
+    assert cmp.rollback_plan("eagle3", PLAN)["mode"] == "eagle3"  # eagle3-adaptive -> static eagle3
+
+
+# ------------------------------------------------------------------ serve only what was measured
+def test_an_incomplete_run_is_refused_with_its_reasons():
+    assert cmp.incomplete_problems({"complete": True, "modes_measured": ["baseline", "eagle3"]}) == []
+    why = cmp.incomplete_problems({"complete": False, "status": "incomplete",
+                                   "incomplete_reasons": ["eagle3: C=64 failed: the server exited"]})
+    assert why == ["eagle3: C=64 failed: the server exited"]
+    assert cmp.incomplete_problems({"complete": True, "modes_measured": []}) == ["no mode was measured"]
+
+
+SG = ["python3", "-m", "sglang.launch_server", "--model-path", "/m/llama", "--port", "30000",
+      "--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", "/m/draft",
+      "--speculative-num-steps", "3", "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+
+
+def test_the_launched_command_is_held_to_the_measured_one_flag_by_flag():
+    results = {"eagle3": {"server": {"command": SG}}, "baseline": {"server": {"command": SG[:7]}}}
+    adaptive = [*SG, "--speculative-adaptive-config", "/n/table.json", "--port", "30001"]
+    assert cmp.identity_differences(adaptive, results, "eagle3-adaptive", "emulator") == []
+    other = [a if a != "/m/draft" else "/m/other-draft" for a in SG]
+    other[other.index("--speculative-num-steps") + 1] = "5"
+    got = cmp.identity_differences(other, results, "eagle3", "sglang")
+    assert got == ["--speculative-draft-model-path is /m/other-draft now, /m/draft when the run measured eagle3",
+                   "--speculative-num-steps is 5 now, 3 when the run measured eagle3"]
+    assert cmp.identity_differences(["--model-path=/m/other", *SG[5:7]], results, "baseline", "sglang") == [
+        "--model-path is /m/other now, /m/llama when the run measured baseline"]
+    assert cmp.identity_differences(SG, {}, "eagle3", "sglang") == []  # nothing recorded: nothing to hold it to
+
+
+def test_vllm_speculative_config_is_compared_without_the_schedule():
+    def cmd(**spec):
+        return ["vllm", "serve", "--model", "/m/tiny", "--speculative-config", json.dumps(spec)]
+    results = {"ngram": {"server": {"command": cmd(method="ngram", num_speculative_tokens=3)}}}
+    served = cmd(method="ngram", num_speculative_tokens=3, num_speculative_tokens_per_batch_size=[[1, 4, 3]])
+    assert cmp.identity_differences(served, results, "ngram", "vllm") == []
+    got = cmp.identity_differences(cmd(method="ngram", num_speculative_tokens=5), results, "ngram", "vllm")
+    assert len(got) == 1 and got[0].startswith("--speculative-config is") and '"num_speculative_tokens": 5' in got[0]
+
+
+def test_the_proof_repeats_the_run_workload_and_time_scale():
+    settings = {"api": "completions", "prompts_file": "builtin", "prompts_source": "builtin", "lengths": "dataset",
+                "categories": "separate", "warmup_s": 1.5, "window_s": 3.0, "seed": 7, "concurrency": [16, 64]}
+    base = result("baseline", [level(16, 100.0)], settings=settings,
+                  server={"command": ["python3", "-m", "sglang_emulator", "--emulator-time-scale", "4.0"]})
+    got = cmp.proof_workload({"baseline": base})
+    assert got["api"] == "completions" and got["lengths"] == "dataset" and got["categories"] == "separate"
+    assert got["warmup_s"] == 1.5 and got["window_s"] == 3.0 and got["seed"] == 7 and got["prompts_file"] == "builtin"
+    assert "concurrency" not in got and set(got) <= set(cmp.WORKLOAD_KEYS)
+    synth = result("baseline", [level(16, 100.0)], settings={"prompts_source": "synthesized", "prompts_file": None})
+    assert cmp.proof_workload({"baseline": synth})["prompts_file"] == ""
+    assert cmp.run_time_scale({"baseline": base}) == 4.0
+    assert cmp.run_time_scale({"baseline": synth}) is None
+
+
+# ------------------------------------------------------------------ records
+def test_one_port_one_current_claim(tmp_path):
+    for run, url in (("r1", "http://127.0.0.1:30000"), ("r2", "http://127.0.0.1:30000/"), ("r3", "http://127.0.0.1:1")):
+        (tmp_path / run / "node").mkdir(parents=True)
+        (tmp_path / run / "node" / "serve.json").write_text(json.dumps(served_doc(run_id=run, base_url=url)))
+    assert cmp.retire_others(str(tmp_path), "node", "http://127.0.0.1:30000", "r2", "x", write=False) == ["r1"]
+    assert cmp.retire_others(str(tmp_path), "node", "http://127.0.0.1:30000", "r2", "replaced by r2") == ["r1"]
+    old = json.loads((tmp_path / "r1/node/serve.json").read_text())
+    assert old["state"] == "retired" and old["retired_why"] == "replaced by r2" and old["verified"] is True
+    assert json.loads((tmp_path / "r2/node/serve.json").read_text())["state"] == "served"
+    assert cmp.retire_others(str(tmp_path), "node", None, None, "absent") == ["r2", "r3"]
+    section = "\n".join(rep._served_section(json.loads((tmp_path / "r3/node/serve.json").read_text())))
+    assert "**No longer served** (absent" in section and "was served at" in section
+    assert "No longer served" not in "\n".join(rep._served_section(served_doc()))
