@@ -3,7 +3,8 @@ run on the Llama-3.1-8B/H100 profile (EAGLE-3 pays at C=16 and loses at 64: the 
 crossover is near 50), all in one module-scoped fixture:
 
 1. compare.yml: baseline and eagle3 at C = 16 and 64 (short windows);
-2. serve.yml (serve_on_regression: keep): serves eagle3-adaptive with the run's adaptive table,
+2. serve.yml (serve_on_regression: keep), as the AWX workflow's serve node runs it (the compare
+   node's set_stats handed over, run_id left empty): serves eagle3-adaptive with the run's adaptive table,
    proves it, serve.json written, report.md re-rendered with a Served section;
 3. serve.yml again: where the first proof verified, the service runs that configuration and
    answers: ``changed`` nowhere; where it did not (a failed or unclear proof is never up to date),
@@ -67,8 +68,13 @@ def served(tmp_path_factory):
                                   (node / "state/server.json", tmp / f"before-{name}-server.json")):
                     if src.is_file():
                         dest.write_text(src.read_text())
+                # The first serve runs as AWX's workflow node after compare: no run id of its own (the survey's
+                # empty answer), the compare node's set_stats handed over as extra vars.
+                given = ({"results_dir": extra["results_dir"], "run_id": "",
+                          "specbench_compare": runs["compare"].artifact_stats()["specbench_compare"]}
+                         if name == "serve" else extra)
                 runs[name] = run_playbook(tmp / name, "playbooks/serve.yml", inventory(hosts),
-                                          extravars={**extra, **more}, timeout=300)
+                                          extravars={**given, **more}, timeout=300)
                 runs[name].save(tmp / f"{name}.json")
         finally:
             kill_node_servers(node)
