@@ -14,15 +14,15 @@ description:
     C(specbench_compare.serve_plan) - SGLang and the emulator follow the run's recommendation (the
     adaptive table where speculation pays only somewhere); vLLM serves the speculative mode that pays
     at the most levels with a C(num_speculative_tokens_per_batch_size) schedule, or the baseline.
-  - Refuses a run that is not complete (a failed level, a mode that never finished: its
+  - Refuses a run that is not complete (a failed level, a mode that never finished; its
     C(incomplete_reasons) named), whatever is asked for.
   - With I(settings) (the capacity settings the launch role rendered), refuses any that differ from
     the ones the run measured, naming the variable to set (compare's fairness rule). With I(argv)
     (the command the launch role rendered), refuses any difference in what is served from the command
-    the run measured for the same configuration - model, draft model, speculative algorithm, steps,
-    top-k, draft tokens (SGLang), C(--model) and C(--speculative-config) less the schedule (vLLM)
-    (C(specbench_compare.identity_differences)).
-  - Also returns the run's levels and its exact workload (the proof sweep repeats it: prompt set,
+    the run measured for the same configuration (model, draft model, speculative algorithm, steps,
+    top-k, draft tokens for SGLang; C(--model) and C(--speculative-config) less the schedule for vLLM;
+    C(specbench_compare.identity_differences)).
+  - Also returns the run's levels and its exact workload (the proof sweep repeats it, prompt set,
     lengths mode, categories, warmup, window and the rest), the emulator time scale the run measured at,
     and the host's current C(serve.json), if any. Changes nothing.
 author:

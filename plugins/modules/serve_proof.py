@@ -18,7 +18,7 @@ description:
     configuration to roll back to (the run's best static mode, no schedule, no table; none when that is
     the configuration served). With C(keep), a clearly worse level is a warning on the console.
   - One port, one current claim - every other run's C(serve.json) on this host that still says it is
-    served at the same address is retired (C(state: retired)), its proof kept.
+    served at the same address is retired (C(state=retired)), its proof kept.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:

@@ -10,7 +10,7 @@ short_description: Retire the serve.json records of a host that no longer serves
 version_added: "0.1.0"
 description:
   - Run on the controller (with C(delegate_to) localhost). Every run's C(<results_dir>/<run>/<host>/serve.json)
-    that still says it is served (at I(base_url), or anywhere on the host without it) gets C(state: retired),
+    that still says it is served (at I(base_url), or anywhere on the host without it) gets C(state=retired),
     C(retired_why) and C(retired_at); its proof is kept. playbooks/serve.yml runs it for
     C(serve_state=absent), then re-renders those runs' reports (their Served section says no longer served).
   - C(specbench_compare.retire_others).
