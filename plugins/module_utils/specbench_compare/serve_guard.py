@@ -48,6 +48,9 @@ SGLANG_IDENTITY = ("--model-path", "--speculative-algorithm", "--speculative-dra
 # the per-batch-size schedule serve.yml adds itself.
 VLLM_IDENTITY = ("--model", "--dtype", "--quantization", "--kv-cache-dtype")
 SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+# An adaptive configuration's steps and draft tokens are the table's, per batch size (the run's own
+# table, built from the static mode's levels): only the rest of its identity is held to the static run.
+ADAPTIVE_VARIES = ("--speculative-num-steps", "--speculative-num-draft-tokens")
 
 SERVED, RETIRED = "served", "retired"
 
@@ -98,20 +101,48 @@ def measured_mode(plan_mode: str, results: dict) -> str:
     return plan_mode[: -len("-adaptive")] if plan_mode.endswith("-adaptive") else plan_mode
 
 
+def _resolved(result: dict, engine: str) -> dict:
+    """What the run's server said it ran (SGLang's /server_info, resolved arguments), by flag: fills in
+    what the measured command left to the server's own choice (SGLang picks steps, top-k and draft
+    tokens itself when they are not given: sglang/srt/server_args.py, _handle_speculative_decoding)."""
+    if engine == "vllm":
+        return {}
+    info = ((result or {}).get("server") or {}).get("server_info") or {}
+    out = {}
+    for flag in SGLANG_IDENTITY:
+        value = info.get(flag.lstrip("-").replace("-", "_")) if isinstance(info, dict) else None
+        if value is not None:
+            out[flag] = str(value)
+    return out
+
+
 def identity_differences(launched_argv: list, results: dict, plan_mode: str, engine: str) -> list[str]:
     """Each identity flag of the command about to be launched that differs from the run's command for
-    the same configuration ('<flag> is X now, Y when the run measured <mode>'); empty when they agree,
-    or when the run recorded no command for that mode (nothing to hold it to: said by the caller)."""
+    the same configuration ('<flag> is X now, Y when the run measured <mode>'). A flag the launch sets
+    is held to the measured command's value, else to what the run's server resolved it to; a flag the
+    measured command set is required of the launch. Empty when they agree, or when the run recorded no
+    command for that mode (nothing to hold it to)."""
     mode = measured_mode(plan_mode, results)
-    measured = ((results.get(mode) or {}).get("server") or {}).get("command")
+    result = results.get(mode) or {}
+    measured = (result.get("server") or {}).get("command")
     if not measured:
         return []
     now, then = identity(launched_argv, engine), identity(measured, engine)
+    resolved = _resolved(result, engine)
+    skip = ADAPTIVE_VARIES if plan_mode.endswith("-adaptive") and mode != plan_mode else ()
     problems = []
-    for flag in sorted(set(now) | set(then)):
-        if now.get(flag) != then.get(flag):
-            problems.append(f"{flag} is {now.get(flag, '(not set)')} now, {then.get(flag, '(not set)')} when the run "
-                            f"measured {mode}")
+    for flag in sorted((set(now) | set(then)) - set(skip)):
+        if flag in now and flag not in then:
+            if flag not in resolved or resolved[flag] == now[flag]:
+                continue  # left to the server in the run: it resolved to the same value, or said nothing
+            was = f"{resolved[flag]} (resolved by the server)"
+        elif flag in now:
+            if now[flag] == then[flag]:
+                continue
+            was = then[flag]
+        else:
+            was = then[flag]
+        problems.append(f"{flag} is {now.get(flag, '(not set)')} now, {was} when the run measured {mode}")
     return problems
 
 

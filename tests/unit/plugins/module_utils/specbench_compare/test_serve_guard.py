@@ -85,6 +85,23 @@ def test_the_launched_command_is_held_to_the_measured_one_flag_by_flag():
     assert cmp.identity_differences(SG, {}, "eagle3", "sglang") == []  # nothing recorded: nothing to hold it to
 
 
+def test_a_setting_the_run_left_to_the_server_is_held_to_what_the_server_resolved():
+    auto = SG[:9]  # eagle3 with steps, top-k and draft tokens left to SGLang
+    info = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
+    results = {"eagle3": {"server": {"command": auto, "server_info": info}}}
+    assert cmp.identity_differences(SG, results, "eagle3-adaptive", "emulator") == []
+    results["eagle3"]["server"]["server_info"] = {**info, "speculative_num_steps": 5, "speculative_eagle_topk": 2}
+    assert cmp.identity_differences(SG, results, "eagle3", "emulator") == [
+        "--speculative-eagle-topk is 1 now, 2 (resolved by the server) when the run measured eagle3",
+        "--speculative-num-steps is 3 now, 5 (resolved by the server) when the run measured eagle3"]
+    # The adaptive configuration's steps and draft tokens are its table's, per batch size: not held to eagle3's.
+    assert cmp.identity_differences(SG, results, "eagle3-adaptive", "emulator") == [
+        "--speculative-eagle-topk is 1 now, 2 (resolved by the server) when the run measured eagle3"]
+    # The run set the draft model explicitly: a launch without it is a difference.
+    assert cmp.identity_differences(SG[:7] + SG[7:9], {"eagle3": {"server": {"command": SG}}}, "eagle3", "sglang")[0] \
+        .startswith("--speculative-draft-model-path is (not set) now, /m/draft")
+
+
 def test_vllm_speculative_config_is_compared_without_the_schedule():
     def cmd(**spec):
         return ["vllm", "serve", "--model", "/m/tiny", "--speculative-config", json.dumps(spec)]
