@@ -447,7 +447,21 @@ def server_info(base_url: str) -> tuple[dict, list[str]]:
                 warnings.append(f"{path} did not return JSON")
             break
     else:
-        warnings.append(f"{base_url} has neither /server_info nor /get_server_info: version and arguments unknown")
+        # vLLM has no /server_info; its version is at /version (vllm/entrypoints/serve/instrumentator/basic.py,
+        # show_version), its arguments in its log and its speculative config in /metrics.
+        status, body = http_get(base_url + "/version")
+        version = None
+        if status == 200:
+            try:
+                version = json.loads(body).get("version")
+            except (ValueError, AttributeError):
+                version = None
+        if version:
+            info = {"version": str(version)}
+            info_path = "/version"
+        else:
+            warnings.append(f"{base_url} has neither /server_info nor /get_server_info nor /version: version and "
+                            "arguments unknown")
     status, body = http_get(base_url + "/v1/models")
     models = []
     if status == 200:

@@ -141,3 +141,19 @@ def test_one_port_one_current_claim(tmp_path):
     section = "\n".join(rep._served_section(json.loads((tmp_path / "r3/node/serve.json").read_text())))
     assert "**No longer served** (absent" in section and "was served at" in section
     assert "No longer served" not in "\n".join(rep._served_section(served_doc()))
+
+
+# ------------------------------------------------------------------ minor: the client_saturated confounder
+def test_a_server_count_warning_naming_a_possible_client_bottleneck_is_not_one():
+    count = ("the server counted 80.0 generated tok/s in the window, the client 60.0 (-25.0%, more than 10%): "
+             "other clients on the server, or a client bottleneck")
+    own = "client bottleneck: a client worker used 97% of a core and read data late"
+
+    def confounded(warning):
+        lv = level(16, 100.0)
+        lv["warnings"] = [warning]
+        res = {"baseline": result("baseline", [lv]), "eagle3": result("eagle3", [level(16, 120.0)])}
+        return [c for c in cmp.confounders(res, "baseline", {}, {}) if "client" in str(c).lower()]
+
+    assert confounded(count) == []
+    assert confounded(own), "the client's own bottleneck warning still raises the confounder"
