@@ -63,6 +63,13 @@ options:
   attempt:
     description: The serve.json of the configuration rolled back from (kept under C(rolled_back_from)).
     type: dict
+  asked_for:
+    description: >-
+      The plan was asked for with serve_mode (not derived from the run); it is then held to the best static mode at
+      every level. Otherwise each level is held to the plan's own reference (C(specbench_compare.plan_references)),
+      the static counterpart where the plan speculates, the baseline where it does not.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -145,6 +152,7 @@ def main():
             "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
             "reference": {"type": "str"},
             "attempt": {"type": "dict"},
+            "asked_for": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -158,8 +166,20 @@ def main():
     except (OSError, ValueError) as exc:
         served = {"levels": []}
         warnings.append(f"the proof sweep left no readable results ({p['served_file']}: {exc}): every level unclear")
+    references = None
+    if not p["reference"] and not p["asked_for"]:
+        try:
+            with open(os.path.join(host_dir, "summary.json"), encoding="utf-8") as fh:
+                summary = json.load(fh)
+        except (OSError, ValueError) as exc:
+            summary = None
+            warnings.append(f"no readable summary.json in {host_dir} ({exc}): held to the best static mode instead")
+        if summary:
+            levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
+                             if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
+            references = cmp.plan_references(p["plan"], summary, levels)
     try:
-        rows = cmp.proof_rows(served, results, p["margin"], p["reference"])
+        rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     verdict = cmp.proof_verdict(rows)
@@ -176,7 +196,9 @@ def main():
         "base_url": server.get("base_url"),
         "service": {"launcher": server.get("launcher"), "unit": server.get("unit"), "pid": server.get("pid"),
                     "starttime": server.get("starttime"), "log_path": server.get("log_path")},
-        "reference": p["reference"] or "best static mode",
+        "reference": p["reference"] or ("the plan's own reference at each level (its static counterpart where it "
+                                        "speculates, the baseline where it does not)" if references
+                                        else "best static mode"),
         "margin": p["margin"],
         "levels": rows,
         "verified": verdict["verified"],
@@ -190,7 +212,7 @@ def main():
     if p["attempt"]:
         doc["rolled_back_from"] = p["attempt"]
         doc["rollback"] = {"from": p["attempt"].get("mode"), "to": doc["mode"],
-                           "text": f"{p['attempt'].get('mode')} was clearly slower than the best static mode at "
+                           "text": f"{p['attempt'].get('mode')} was clearly slower than its reference at "
                                    f"C={', '.join(map(str, p['attempt'].get('worse') or []))}; serving {doc['mode']} "
                                    "as the run measured it (static: no schedule, no adaptive table; the static mode "
                                    "fastest at the most levels of the run), held against its own measurement"}
@@ -203,7 +225,7 @@ def main():
                                 f"replaced by run {p['run_id']} ({doc['mode']}) at {doc['base_url']}",
                                 write=not module.check_mode)
     if action == "keep":
-        warnings.append(f"{doc['mode']} is clearly slower than the best static mode at C="
+        warnings.append(f"{doc['mode']} is clearly slower than its reference at C="
                         f"{', '.join(map(str, verdict['worse']))} and keeps running (serve_on_regression: keep); "
                         f"see {path}")
     static = cmp.rollback_mode(results)
