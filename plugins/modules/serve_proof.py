@@ -166,7 +166,7 @@ def main():
     except (OSError, ValueError) as exc:
         served = {"levels": []}
         warnings.append(f"the proof sweep left no readable results ({p['served_file']}: {exc}): every level unclear")
-    references = None
+    references, summary = None, None
     if not p["reference"] and not p["asked_for"]:
         try:
             with open(os.path.join(host_dir, "summary.json"), encoding="utf-8") as fh:
@@ -179,7 +179,8 @@ def main():
                              if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
             references = cmp.plan_references(p["plan"], summary, levels)
     try:
-        rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references)
+        rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references,
+                              (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     verdict = cmp.proof_verdict(rows)
@@ -218,6 +219,7 @@ def main():
                                    "fastest at the most levels of the run), held against its own measurement"}
     doc["worse"] = verdict["worse"]
     doc["unclear"] = verdict["unclear"]
+    doc["ignored_schedule"] = verdict["ignored"]
     path = os.path.join(host_dir, "serve.json")
     if not module.check_mode:
         report.write_atomic(path, report.dump_json(doc))

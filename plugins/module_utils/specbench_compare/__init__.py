@@ -60,7 +60,16 @@ from .serve_guard import (
     same_configuration,
     up_to_date,
 )
-from .serve_proof import ON_REGRESSION, best_static, plan_references, proof_rows, proof_verdict, regression_action, rollback_mode
+from .serve_proof import (
+    ON_REGRESSION,
+    best_static,
+    ignored_schedule,
+    plan_references,
+    proof_rows,
+    proof_verdict,
+    regression_action,
+    rollback_mode,
+)
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
 from .traffic_prometheus import bin_running, check_traffic_input, read_traffic, resolve_traffic
@@ -91,7 +100,8 @@ __all__ = [
     "RETIRED", "SERVED", "WORKLOAD_KEYS", "identity_differences", "incomplete_problems", "proof_workload", "retire",
     "retire_others",
     "rollback_plan", "run_time_scale", "same_configuration", "up_to_date",
-    "ON_REGRESSION", "best_static", "plan_references", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
+    "ON_REGRESSION", "best_static", "ignored_schedule", "plan_references", "proof_rows", "proof_verdict",
+    "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",

@@ -174,3 +174,25 @@ def test_each_level_is_held_to_the_reference_the_plan_uses():
     assert [(r["best_static_mode"], r["verdict"]) for r in rows] == [("eagle3", "matches"), ("baseline", "matches")]
     rows = cmp.proof_rows(served, results, 0.1)  # the best static mode instead: 64 reads worse against eagle3
     assert [(r["best_static_mode"], r["verdict"]) for r in rows] == [("eagle3", "matches"), ("eagle3", "worse")]
+
+
+# ------------------------------------------------------------------ the schedule shown to take effect (item 7)
+def test_a_configuration_that_drafts_nowhere_its_plan_speculates_fails_by_name():
+    results = {"baseline": result("baseline", [level(1, 50.0), level(16, 200.0)]),
+               "ngram": result("ngram", [level(1, 80.0), level(16, 190.0)])}
+
+    def served(drafts_at_1, drafts_at_16):
+        lv1, lv16 = level(1, 80.0), level(16, 200.0)
+        lv1["server_spec_drafts"], lv16["server_spec_drafts"] = drafts_at_1, drafts_at_16
+        return result("ngram", [lv1, lv16])
+
+    refs = {1: "ngram", 16: "baseline"}  # schedule [[1, 4, 3], [5, 32, 0]]
+    rows = cmp.proof_rows(served(0.0, 0.0), results, 0.1, references=refs)
+    assert [(r["plan_speculates"], r["drafts_counted"]) for r in rows] == [(True, 0.0), (False, 0.0)]
+    verdict = cmp.proof_verdict(rows)
+    assert verdict["ignored"] == [1] and not verdict["verified"] and "ignores its schedule" in verdict["text"]
+    assert cmp.regression_action(rows, "rollback") == "rollback"
+    rows = cmp.proof_rows(served(120.0, 3.0), results, 0.1, references=refs)
+    assert cmp.proof_verdict(rows)["ignored"] == [] and cmp.regression_action(rows, "rollback") is None
+    rows = cmp.proof_rows(served(None, None), results, 0.1, references=refs)  # no counters: not judged
+    assert cmp.proof_verdict(rows)["ignored"] == []
