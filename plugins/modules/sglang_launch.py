@@ -214,6 +214,7 @@ def main():
     record = dict(p["record"])
     record.update(started)
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
+                   "service": p["service"],  # serve.yml's lasting service: the teardown names it (launch/unit.py)
                    "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
                    # the teardown verifies the tree by session and boot (plugins/module_utils/teardown/record.py)
                    "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id()})

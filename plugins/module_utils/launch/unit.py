@@ -150,3 +150,14 @@ def remove(unit: dict) -> list[str]:
         _run([*ctl, "daemon-reload"])
         done.append(f"removed {unit['path']}")
     return done
+
+
+def describe_service(record: dict | None) -> str | None:
+    """A launch record (state/server.json) of serve.yml's lasting service, in words for a refusal or
+    a teardown's log ('systemd unit specbench-emulator-30000.service (/etc/systemd/system/...), mode
+    eagle3-adaptive at http://...'); None when the record is not a service's."""
+    if not record or not record.get("service"):
+        return None
+    where = (f"systemd unit {record.get('unit')} ({record.get('unit_path') or 'transient'})"
+             if record.get("launcher") == "systemd" else f"session pid {record.get('pid')}")
+    return f"{where}, mode {record.get('mode')} at {record.get('base_url')}"

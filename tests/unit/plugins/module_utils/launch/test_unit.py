@@ -61,3 +61,14 @@ def test_the_systemd_launcher_is_refused_by_the_variable_the_user_set(monkeypatc
     with pytest.raises(LaunchError, match="serve_launcher is systemd.*serve_launcher: session"):
         choose_launcher("systemd", service=True, variable="serve_launcher")
     assert choose_launcher("auto", service=True) == "session"
+
+
+def test_a_service_record_is_named_for_the_teardown():
+    assert units.describe_service({"pid": 5, "mode": "baseline"}) is None  # a benchmark's launch, not a service
+    assert units.describe_service({"service": True, "launcher": "systemd", "unit": "specbench-vllm-8000.service",
+                                   "unit_path": "/etc/systemd/system/specbench-vllm-8000.service", "mode": "ngram",
+                                   "base_url": "http://127.0.0.1:8000"}) == (
+        "systemd unit specbench-vllm-8000.service (/etc/systemd/system/specbench-vllm-8000.service), mode ngram at "
+        "http://127.0.0.1:8000")
+    assert units.describe_service({"service": True, "launcher": "session", "pid": 42, "mode": "eagle3",
+                                   "base_url": "http://127.0.0.1:1"}).startswith("session pid 42, mode eagle3")
