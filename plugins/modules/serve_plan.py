@@ -190,9 +190,17 @@ def main():
     if p["argv"] is not None:
         problems = cmp.identity_differences(p["argv"], results, plan["mode"], p["engine"])
         if problems:
+            hint = ""
+            if plan["mode"].endswith("-adaptive") and any(x.startswith("--speculative-eagle-topk") for x in problems):
+                hint = (f" SGLang's adaptive speculation runs top-k 1 only, so the run's table was built from "
+                        f"{cmp.measured_mode(plan['mode'], results)} measured at another top-k: measure it at top-k 1 "
+                        "(sglang_server_speculative_num_steps, sglang_server_speculative_eagle_topk: 1, "
+                        "sglang_server_speculative_num_draft_tokens) with compare.yml, or serve a mode the run measured "
+                        "as it ran (-e serve_mode=...).")
             module.fail_json(msg=f"{plan['mode']} would serve something other than what the run measured: "
                                  + "; ".join(problems) + ". Serve with the run's model and speculative settings "
-                                 "(the same inventory and -e values as compare.yml), or measure these with compare.yml.")
+                                 "(the same inventory and -e values as compare.yml), or measure these with compare.yml."
+                                 + hint)
     current = {}
     if os.path.isfile(os.path.join(host_dir, "serve.json")):
         try:

@@ -49,7 +49,12 @@ def served(tmp_path_factory):
     def build(tmp: Path):
         node = tmp / "node"
         # Slowed down (time scale 4, as test_compare_runs's llama host) so two loaded cores keep up at C=64.
+        # EAGLE-3 measured at top-k 1 (steps 3, 4 draft tokens), the only top-k SGLang's adaptive speculation
+        # runs: the adaptive table is then served with the configuration it was measured with (serve.yml refuses
+        # one measured at the profile's automatic top-k 4).
         hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                                    sglang_server_speculative_num_steps=3, sglang_server_speculative_eagle_topk=1,
+                                    sglang_server_speculative_num_draft_tokens=4,
                                     bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
                                     bench_warmup_s=1.5, bench_window_s=3)}
         extra = {"results_dir": str(tmp / "results"), "run_id": "srv"}
