@@ -84,7 +84,9 @@ def test_the_proof_is_written_and_matches_the_report(served):
             assert (row["drafts_counted"] > 0) == (row["concurrency"] not in doc["ignored_schedule"]), row
     report = (host_dir(compare) / "report.md").read_text()
     served_part = report.split("## Served", 1)[1]
-    assert f"`{doc['mode']}` served at {doc['base_url']}" in served_part
+    # The fixture ran serve_state=absent last: serve.json is retired and the report says so, its proof kept.
+    assert doc["state"] == "retired" and "**No longer served**" in served_part
+    assert f"`{doc['mode']}` was served at {doc['base_url']}" in served_part
     assert ("**verified**" if doc["verified"] else "**not verified**") in served_part
     assert "## Speculation by batch size (vLLM)" in report
     if doc["plan"]["schedule"]:
