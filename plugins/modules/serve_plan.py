@@ -14,10 +14,17 @@ description:
     C(specbench_compare.serve_plan) - SGLang and the emulator follow the run's recommendation (the
     adaptive table where speculation pays only somewhere); vLLM serves the speculative mode that pays
     at the most levels with a C(num_speculative_tokens_per_batch_size) schedule, or the baseline.
+  - Refuses a run that is not complete (a failed level, a mode that never finished; its
+    C(incomplete_reasons) named), whatever is asked for.
   - With I(settings) (the capacity settings the launch role rendered), refuses any that differ from
-    the ones the run measured, naming the variable to set (compare's fairness rule).
-  - Also returns the run's levels and benchmark settings (the proof sweep repeats them) and the
-    host's current C(serve.json), if any. Changes nothing.
+    the ones the run measured, naming the variable to set (compare's fairness rule). With I(argv)
+    (the command the launch role rendered), refuses any difference in what is served from the command
+    the run measured for the same configuration (model, draft model, speculative algorithm, steps,
+    top-k, draft tokens for SGLang; C(--model) and C(--speculative-config) less the schedule for vLLM;
+    C(specbench_compare.identity_differences)).
+  - Also returns the run's levels and its exact workload (the proof sweep repeats it, prompt set,
+    lengths mode, categories, warmup, window and the rest), the emulator time scale the run measured at,
+    and the host's current C(serve.json), if any. Changes nothing.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -45,6 +52,15 @@ options:
   settings:
     description: The capacity settings about to be launched (C(<launch role>_command.settings)); checked when given.
     type: dict
+  on_regression:
+    description: The serve_on_regression of this play; a configuration proved under another one is not up to date.
+    type: str
+    choices: [rollback, keep, fail]
+    default: rollback
+  argv:
+    description: The command about to be launched (C(<launch role>_command.argv)); its identity flags are checked when given.
+    type: list
+    elements: str
 attributes:
   check_mode:
     support: full
@@ -77,11 +93,25 @@ levels:
   type: list
   elements: int
 bench:
-  description: The run's benchmark settings (api, input_len, output_len, warmup_s, window_s, seed).
+  description: >-
+    The run's workload (C(specbench_compare.WORKLOAD_KEYS): api, model, input_len, output_len, warmup_s, window_s,
+    target_rel_ci, window_max_s, window_min_requests, requests, repeats, batches, seed, prompts_file, prompts_format,
+    lengths, categories, request_timeout_s, saturated_retries), as the run recorded it.
   returned: success
   type: dict
+time_scale:
+  description: The emulator time scale the run's servers ran at (null for a real engine or the emulator's default).
+  returned: success
+  type: float
 current:
   description: The host's serve.json as it is now (empty when the run was never served there).
+  returned: success
+  type: dict
+up_to_date:
+  description: >-
+    C({ok, why}) from C(specbench_compare.up_to_date): serve.json is this run's, still served, its configuration is
+    the plan (or the plan's rollback), its proof verified, under the same serve_on_regression. The play also checks
+    that the recorded server runs that command and answers.
   returned: success
   type: dict
 """
@@ -92,8 +122,6 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-
-BENCH_KEYS = ("api", "input_len", "output_len", "warmup_s", "window_s", "seed")
 
 
 def _read(path: str):
@@ -122,6 +150,8 @@ def main():
             "engine": {"type": "str", "required": True},
             "serve_mode": {"type": "str"},
             "settings": {"type": "dict"},
+            "argv": {"type": "list", "elements": "str"},
+            "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
         },
         supports_check_mode=True,
     )
@@ -142,6 +172,11 @@ def main():
     if p["serve_mode"] and p["serve_mode"] not in (summary.get("modes") or []):
         module.fail_json(msg=f"serve_mode={p['serve_mode']} was not compared in run {p['run_id']} (compared: "
                              f"{', '.join(summary.get('modes') or [])}): pick one of those, or leave serve_mode unset")
+    incomplete = cmp.incomplete_problems(summary)
+    if incomplete:
+        module.fail_json(msg=f"run {p['run_id']} is not complete on {p['host']}, so it is not served: "
+                             + "; ".join(incomplete) + ". What it did not measure would be served unproven: "
+                             "run compare.yml again (a complete run), then serve that run's id.")
     try:
         plan = cmp.serve_plan(summary, p["engine"], p["serve_mode"] or None)
     except ValueError as exc:
@@ -152,6 +187,20 @@ def main():
             module.fail_json(msg="the capacity settings differ from the ones the run measured: " + "; ".join(problems)
                                  + ". Serve with the run's settings (the same inventory and -e values as compare.yml), "
                                  "or measure again with compare.yml.")
+    if p["argv"] is not None:
+        problems = cmp.identity_differences(p["argv"], results, plan["mode"], p["engine"])
+        if problems:
+            hint = ""
+            if plan["mode"].endswith("-adaptive") and any(x.startswith("--speculative-eagle-topk") for x in problems):
+                hint = (f" SGLang's adaptive speculation runs top-k 1 only, so the run's table was built from "
+                        f"{cmp.measured_mode(plan['mode'], results)} measured at another top-k: measure it at top-k 1 "
+                        "(sglang_server_speculative_num_steps, sglang_server_speculative_eagle_topk: 1, "
+                        "sglang_server_speculative_num_draft_tokens) with compare.yml, or serve a mode the run measured "
+                        "as it ran (-e serve_mode=...).")
+            module.fail_json(msg=f"{plan['mode']} would serve something other than what the run measured: "
+                                 + "; ".join(problems) + ". Serve with the run's model and speculative settings "
+                                 "(the same inventory and -e values as compare.yml), or measure these with compare.yml."
+                                 + hint)
     current = {}
     if os.path.isfile(os.path.join(host_dir, "serve.json")):
         try:
@@ -160,9 +209,10 @@ def main():
             warnings.append(f"{host_dir}/serve.json is not readable: served again")
     levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
                      if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
-    base = results.get(summary.get("baseline_mode") or cmp.BASELINE) or next(iter(results.values()), {})
-    bench = {k: (base.get("settings") or {}).get(k) for k in BENCH_KEYS}
-    module.exit_json(changed=False, plan=plan, levels=levels, bench=bench, current=current, warnings=warnings)
+    bench = cmp.proof_workload(results, summary.get("baseline_mode") or cmp.BASELINE)
+    fresh, why = cmp.up_to_date(current, p["run_id"], plan, p["on_regression"])
+    module.exit_json(changed=False, plan=plan, levels=levels, bench=bench, time_scale=cmp.run_time_scale(results),
+                     current=current, up_to_date={"ok": fresh, "why": why}, warnings=warnings)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ description:
     (C(specbench_compare.proof_rows); verdicts C(better), C(matches), C(worse), C(unclear)).
   - Writes C(<results_dir>/<run_id>/<host>/serve.json) at once (atomically), before anything else can
     fail, then returns what C(serve_on_regression) says to do when a level is clearly worse, and the
-    static mode to roll back to.
+    configuration to roll back to (the run's best static mode, no schedule, no table; none when that is
+    the configuration served). With C(keep), a clearly worse level is a warning on the console.
+  - One port, one current claim - every other run's C(serve.json) on this host that still says it is
+    served at the same address is retired (C(state=retired)), its proof kept.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -60,6 +63,13 @@ options:
   attempt:
     description: The serve.json of the configuration rolled back from (kept under C(rolled_back_from)).
     type: dict
+  asked_for:
+    description: >-
+      The plan was asked for with serve_mode (not derived from the run); it is then held to the best static mode at
+      every level. Otherwise each level is held to the plan's own reference (C(specbench_compare.plan_references)),
+      the static counterpart where the plan speculates, the baseline where it does not.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -104,6 +114,17 @@ rollback_mode:
   description: The static mode to roll back to (fastest at the most levels of the run).
   returned: success
   type: str
+rollback_plan:
+  description: >-
+    The configuration to roll back to (C(specbench_compare.rollback_plan)); null when the run has no static
+    configuration other than the one served.
+  returned: success
+  type: dict
+retired:
+  description: The other runs whose serve.json on this host was retired (they claimed the same address).
+  returned: success
+  type: list
+  elements: str
 """
 
 import json
@@ -131,6 +152,7 @@ def main():
             "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
             "reference": {"type": "str"},
             "attempt": {"type": "dict"},
+            "asked_for": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -144,8 +166,21 @@ def main():
     except (OSError, ValueError) as exc:
         served = {"levels": []}
         warnings.append(f"the proof sweep left no readable results ({p['served_file']}: {exc}): every level unclear")
+    references, summary = None, None
+    if not p["reference"] and not p["asked_for"]:
+        try:
+            with open(os.path.join(host_dir, "summary.json"), encoding="utf-8") as fh:
+                summary = json.load(fh)
+        except (OSError, ValueError) as exc:
+            summary = None
+            warnings.append(f"no readable summary.json in {host_dir} ({exc}): held to the best static mode instead")
+        if summary:
+            levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
+                             if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
+            references = cmp.plan_references(p["plan"], summary, levels)
     try:
-        rows = cmp.proof_rows(served, results, p["margin"], p["reference"])
+        rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references,
+                              (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     verdict = cmp.proof_verdict(rows)
@@ -162,7 +197,9 @@ def main():
         "base_url": server.get("base_url"),
         "service": {"launcher": server.get("launcher"), "unit": server.get("unit"), "pid": server.get("pid"),
                     "starttime": server.get("starttime"), "log_path": server.get("log_path")},
-        "reference": p["reference"] or "best static mode",
+        "reference": p["reference"] or ("the plan's own reference at each level (its static counterpart where it "
+                                        "speculates, the baseline where it does not)" if references
+                                        else "best static mode"),
         "margin": p["margin"],
         "levels": rows,
         "verified": verdict["verified"],
@@ -170,21 +207,33 @@ def main():
         "on_regression": p["on_regression"],
         "action": action,
         "proof_file": os.path.relpath(p["served_file"], host_dir),
+        "state": cmp.SERVED,
         "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if p["attempt"]:
         doc["rolled_back_from"] = p["attempt"]
         doc["rollback"] = {"from": p["attempt"].get("mode"), "to": doc["mode"],
-                           "text": f"{p['attempt'].get('mode')} was clearly slower than the best static mode at "
+                           "text": f"{p['attempt'].get('mode')} was clearly slower than its reference at "
                                    f"C={', '.join(map(str, p['attempt'].get('worse') or []))}; serving {doc['mode']} "
-                                   "(fastest at the most levels of the run), held against its own measurement"}
+                                   "as the run measured it (static: no schedule, no adaptive table; the static mode "
+                                   "fastest at the most levels of the run), held against its own measurement"}
     doc["worse"] = verdict["worse"]
     doc["unclear"] = verdict["unclear"]
+    doc["ignored_schedule"] = verdict["ignored"]
     path = os.path.join(host_dir, "serve.json")
     if not module.check_mode:
         report.write_atomic(path, report.dump_json(doc))
+    retired = cmp.retire_others(p["results_dir"], p["host"], doc["base_url"], p["run_id"],
+                                f"replaced by run {p['run_id']} ({doc['mode']}) at {doc['base_url']}",
+                                write=not module.check_mode)
+    if action == "keep":
+        warnings.append(f"{doc['mode']} is clearly slower than its reference at C="
+                        f"{', '.join(map(str, verdict['worse']))} and keeps running (serve_on_regression: keep); "
+                        f"see {path}")
+    static = cmp.rollback_mode(results)
     module.exit_json(changed=not module.check_mode, doc=doc, path=path, verified=verdict["verified"], action=action,
-                     rollback_mode=cmp.rollback_mode(results), warnings=warnings)
+                     rollback_mode=static, rollback_plan=cmp.rollback_plan(static, p["plan"]), retired=retired,
+                     warnings=warnings)
 
 
 if __name__ == "__main__":

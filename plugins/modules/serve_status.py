@@ -12,7 +12,10 @@ description:
   - Reads the launch record (C(state/server.json), written by M(specbench.core.sglang_launch)) and
     says whether the recorded server runs (same pid and process start time; for a systemd unit, the
     unit active and its main pid the recorded one), whether its C(/health) answers 200, and whether
-    its command is I(command). playbooks/serve.yml launches nothing when all three hold.
+    its command is I(command). playbooks/serve.yml launches nothing when all three hold (and serve.json
+    says the configuration was proved).
+  - Also says whether a systemd unit can be started here (C(systemd_scope)), so that serve.yml refuses
+    C(serve_launcher=systemd) in its preflight, before anything is touched.
   - Changes nothing.
 author:
   - specbench developers (!UNKNOWN)
@@ -63,11 +66,20 @@ record:
   description: The launch record (empty when there is none).
   returned: success
   type: dict
+systemd_scope:
+  description: >-
+    C(system) (systemd is the system manager and this is root), C(user) (a user manager runs for this user), or
+    null (no unit can be started here: serve.yml's launcher is then a session).
+  returned: success
+  type: str
 """
+
+import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.launch.process import http_get, read_state, recorded_alive
+from ansible_collections.specbench.core.plugins.module_utils.launch.unit import systemd_scope
 
 
 def main():
@@ -85,7 +97,8 @@ def main():
         status, _body = http_get(str(record["base_url"]).rstrip("/") + "/health", timeout=5)
         healthy = status == 200
     same = bool(module.params["command"]) and record.get("command") == module.params["command"]
-    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record)
+    scope = systemd_scope() if shutil.which("systemctl") else None
+    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record, systemd_scope=scope)
 
 
 if __name__ == "__main__":

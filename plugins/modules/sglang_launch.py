@@ -65,8 +65,11 @@ options:
     required: true
   service:
     description:
-      - A lasting service (playbooks/serve.yml). With C(systemd), the unit restarts on failure and logs to
-        journald (C(journalctl -u) I(unit)); with C(session), nothing changes.
+      - A lasting service (playbooks/serve.yml). With C(systemd), a persistent unit file
+        C(specbench-<engine>-<port>.service) (in C(/etc/systemd/system) as root, C(~/.config/systemd/user) otherwise;
+        C(launch/unit.py), C(service_unit)), enabled so it starts after a reboot, restarted on failure, logging to
+        journald (C(journalctl -u) the unit); I(unit) is then unused. With C(session), the server is never restarted,
+        and its log moves to C(<log>.1) at a launch when over 64 MiB.
     type: bool
     default: false
   environment:
@@ -206,11 +209,12 @@ def main():
         )
     try:
         check_port(p["host"], p["port"])
-        launcher = choose_launcher(p["launcher"])
+        launcher = choose_launcher(p["launcher"], p["service"])
         if module.check_mode:
             module.exit_json(changed=True, already_running=False, launcher=launcher, command=argv,
                              unit=p["unit"] if launcher == "systemd" else None, log_path=p["log_path"])
-        started = launch(argv, p["log_path"], launcher, p["unit"], p["chdir"], p["environment"], p["service"])
+        started = launch(argv, p["log_path"], launcher, p["unit"], p["chdir"], p["environment"], p["service"],
+                         engine=str(p["record"].get("engine") or "server"), port=p["port"])
     except LaunchError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
@@ -218,6 +222,7 @@ def main():
     record = dict(p["record"])
     record.update(started)
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
+                   "service": p["service"],  # serve.yml's lasting service: the teardown names it (launch/unit.py)
                    "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
                    # the teardown verifies the tree by session and boot (plugins/module_utils/teardown/record.py)
                    "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id(),

@@ -365,6 +365,14 @@ def test_job_templates_name_playbooks_and_surveys_that_exist_and_pass_syntax_che
     names = {jt["name"] for jt in data["specbench_awx_job_templates"]}
     for node in data["specbench_awx_workflow"]["nodes"]:
         assert node["unified_job_template"]["name"] in names
+    # compare, then serve on success (it reads the compare node's run id: test_serve_runs runs the two in this
+    # order through ansible-runner with the handed-over stats); no teardown after serve, one after a failed compare.
+    nodes = {n["identifier"]: n for n in data["specbench_awx_workflow"]["nodes"]}
+    assert nodes["compare"]["related"] == {"success_nodes": [{"identifier": "serve"}],
+                                           "failure_nodes": [{"identifier": "teardown"}]}
+    assert nodes["serve"]["unified_job_template"]["name"] == "specbench serve" and not nodes["serve"].get("related")
+    serve_defaults = yaml.safe_load((ROOT / "roles" / "serve" / "defaults" / "main.yml").read_text())
+    assert "specbench_compare" in serve_defaults["serve_run_id"]
     result = subprocess.run([str(BIN / "ansible-playbook"), "--syntax-check", "awx/configure.yml"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr

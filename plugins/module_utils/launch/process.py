@@ -23,6 +23,7 @@ import urllib.error
 
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.specbench.core.plugins.module_utils.launch import unit as service_units
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
 
 LISTEN = "0A"
@@ -151,17 +152,23 @@ def forwarded_environment(session: dict, extra: dict) -> dict:
     return env
 
 
-def systemd_available() -> bool:
+def systemd_available(service: bool = False) -> bool:
+    """A unit can be started here: a transient one (systemd-run) as root under the system manager;
+    ``service`` (serve.yml's persistent unit file): under the system manager as root, or under this
+    user's own manager (launch/unit.py, systemd_scope)."""
+    if service:
+        return service_units.systemd_scope() is not None and shutil.which("systemctl") is not None
     return os.path.isdir("/run/systemd/system") and shutil.which("systemd-run") is not None and os.geteuid() == 0
 
 
-def choose_launcher(launcher: str) -> str:
+def choose_launcher(launcher: str, service: bool = False, variable: str = "sglang_server_launcher") -> str:
     if launcher == "auto":
-        return "systemd" if systemd_available() else "session"
-    if launcher == "systemd" and not systemd_available():
+        return "systemd" if systemd_available(service) else "session"
+    if launcher == "systemd" and not systemd_available(service):
         raise LaunchError(
-            "sglang_server_launcher is systemd, but systemd does not run here as the system manager (or this is "
-            "not root): use sglang_server_launcher: session (or auto)."
+            f"{variable} is systemd, but systemd does not run here as the system manager (or this is "
+            f"not root{', and no user manager runs for this user' if service else ''}): use {variable}: session "
+            "(or auto)."
         )
     return launcher
 
@@ -184,8 +191,10 @@ def systemd_run_argv(unit: str, argv: list[str], log_path: str, chdir: str, env:
 
 
 def _systemctl_show(unit: str, props: tuple[str, ...]) -> dict:
+    # root drives the system manager; anyone else only has (and only launched into) their own
+    ctl = ["systemctl"] if os.geteuid() == 0 else ["systemctl", "--user"]
     proc = subprocess.run(
-        ["systemctl", "show", unit, *[f"--property={p}" for p in props]],
+        [*ctl, "show", unit, *[f"--property={p}" for p in props]],
         capture_output=True, text=True, check=False,
     )
     values = {}
@@ -196,10 +205,29 @@ def _systemctl_show(unit: str, props: tuple[str, ...]) -> dict:
     return values
 
 
+def _session_log_cap(log_path: str, cap_bytes: int) -> None:
+    """A session-launched service's log is capped at each launch: over ``cap_bytes`` it moves to
+    ``<log>.1`` (one old copy kept), so repeated launches never grow it without limit."""
+    try:
+        if cap_bytes and os.path.getsize(log_path) > cap_bytes:
+            os.replace(log_path, f"{log_path}.1")
+    except OSError:
+        pass
+
+
+SESSION_LOG_CAP = 64 * 1024 * 1024
+
+
 def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str, env: dict,
-           service: bool = False) -> dict:
-    """Start ``argv`` detached; return pid, pgid, starttime, unit, launcher, log_offset (``service``:
-    see systemd_run_argv; a session launch is the same either way)."""
+           service: bool = False, engine: str | None = None, port: int | None = None) -> dict:
+    """Start ``argv`` detached; return pid, pgid, starttime, unit, launcher, log_offset.
+
+    ``service`` (playbooks/serve.yml's lasting server) with systemd: a persistent unit file named
+    and placed by launch/unit.py (``service_unit(engine, port)``), enabled, logging to journald,
+    restarted on failure; the unit name given is then unused. Without systemd, a session as for any
+    launch (never restarted), its log capped at each launch (SESSION_LOG_CAP)."""
+    if service:
+        _session_log_cap(log_path, SESSION_LOG_CAP)
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     os.makedirs(chdir, exist_ok=True)
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
@@ -207,7 +235,25 @@ def launch(argv: list[str], log_path: str, launcher: str, unit: str, chdir: str,
     with open(log_path, "ab") as log:
         log.write(header.encode())
     offset += len(header.encode())
-    kind = choose_launcher(launcher)
+    kind = choose_launcher(launcher, service)
+    if kind == "systemd" and service and engine and port:
+        svc = service_units.service_unit(engine, port)
+        text = service_units.render_unit(svc["name"], argv, chdir, forwarded_environment(dict(os.environ), env),
+                                         svc["scope"], f"specbench: {engine} served on port {port} (playbooks/serve.yml)")
+        try:
+            service_units.install(svc, text)
+        except (OSError, RuntimeError) as exc:
+            raise LaunchError(f"could not install and start unit {svc['name']} ({svc['path']}): {exc}") from None
+        pid = 0
+        for _dummy in range(100):
+            shown = _systemctl_show(svc["name"], ("MainPID", "ActiveState"))
+            pid = int(shown.get("MainPID") or 0)
+            if pid or shown.get("ActiveState") in ("failed", "inactive"):
+                break
+            time.sleep(0.05)
+        return {"pid": pid or None, "pgid": os.getpgid(pid) if pid else None,
+                "starttime": proc_table.starttime(pid) if pid else None, "unit": svc["name"], "launcher": kind,
+                "unit_path": svc["path"], "unit_scope": svc["scope"], "log_offset": offset}
     if kind == "systemd":
         subprocess.run(["systemctl", "reset-failed", unit], capture_output=True, check=False)
         unit_env = forwarded_environment(dict(os.environ), env)
@@ -401,7 +447,21 @@ def server_info(base_url: str) -> tuple[dict, list[str]]:
                 warnings.append(f"{path} did not return JSON")
             break
     else:
-        warnings.append(f"{base_url} has neither /server_info nor /get_server_info: version and arguments unknown")
+        # vLLM has no /server_info; its version is at /version (vllm/entrypoints/serve/instrumentator/basic.py,
+        # show_version), its arguments in its log and its speculative config in /metrics.
+        status, body = http_get(base_url + "/version")
+        version = None
+        if status == 200:
+            try:
+                version = json.loads(body).get("version")
+            except (ValueError, AttributeError):
+                version = None
+        if version:
+            info = {"version": str(version)}
+            info_path = "/version"
+        else:
+            warnings.append(f"{base_url} has neither /server_info nor /get_server_info nor /version: version and "
+                            "arguments unknown")
     status, body = http_get(base_url + "/v1/models")
     models = []
     if status == 200:

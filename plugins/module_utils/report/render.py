@@ -368,12 +368,17 @@ def _served_section(served: dict | None) -> list[str]:
     if not served:
         return []
     lines = ["## Served", ""]
+    if served.get("state") == "retired":
+        lines.append(f"**No longer served** ({_md(served.get('retired_why') or 'retired')}, {served.get('retired_at')}). "
+                     "The last proof, kept for the record:")
+        lines.append("")
     verdict = "**verified**" if served.get("verified") else "**not verified**"
     service = served.get("service") or {}
     how = (f"systemd unit `{service.get('unit')}`" if service.get("launcher") == "systemd"
            else f"a detached session (pid {service.get('pid')})")
     reason = str(served.get("text") or "").split(": ", 1)[-1]
-    lines.append(f"`{_md(served.get('mode'))}` served at {served.get('base_url')} as {how}, run `{served.get('run_id')}`: "
+    lines.append(f"`{_md(served.get('mode'))}` {'was ' if served.get('state') == 'retired' else ''}served at "
+                 f"{served.get('base_url')} as {how}, run `{served.get('run_id')}`: "
                  f"{verdict} ({_md(reason)}).")
     if served.get("rollback"):
         lines.append(f"Rolled back: {_md(served['rollback'].get('text'))}.")

@@ -335,6 +335,12 @@ class MetricsPoller(threading.Thread):
             out["generated_tok_per_s"] = round(generated[1] / span, 3)
             out["generated_tokens"] = round(generated[1], 1)
             out["generated_tokens_bounds"] = [round(generated[0], 1), round(generated[2], 1)]
+        # The draft counters themselves, zero included, where the engine has them: serve.yml's proof
+        # holds them to the plan (drafts where it speculates, a schedule ignored where none are counted).
+        if drafts is not None:
+            out["spec_drafts"] = round(max(0.0, drafts[1]), 1)
+        if verify is not None:
+            out["spec_verify_calls"] = round(max(0.0, verify[1]), 1)
         if drafts and accepted is not None and drafts[1] > 0:
             out["accept_length"] = round(1.0 + accepted[1] / drafts[1], 4)
             out["spec_drafts"] = round(drafts[1], 1)

@@ -349,6 +349,11 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         gauges = metrics[-1] if "running" in metrics[-1] else None
         level["server_running"] = dict(gauges["running"], samples=gauges["samples"]) if gauges else None
         level["server_queued"] = dict(gauges["queued"], samples=gauges["samples"]) if gauges else None
+        # Drafts over the windows (vLLM's spec_decode_num_drafts; SGLang's spec_verify_calls), zero
+        # included; None where the engine does not count them.
+        for key, name in (("spec_drafts", "server_spec_drafts"), ("spec_verify_calls", "server_spec_verify_calls")):
+            counted = [m[key] for m in metrics if m.get(key) is not None]
+            level[name] = round(sum(counted), 1) if counted else None
         rates = [m["generated_tok_per_s"] for m in metrics if m.get("generated_tok_per_s") is not None]
         level["server_output_tok_per_s"] = round(sum(rates) / len(rates), 3) if rates else None
         # What the scrapes allow the server's count over the window to be (server.counter_at):
@@ -359,6 +364,7 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     else:
         level["server_running"] = level["server_queued"] = level["server_output_tok_per_s"] = None
         level["server_generated_tokens"] = level["server_generated_tokens_bounds"] = None
+        level["server_spec_drafts"] = level["server_spec_verify_calls"] = None
     level["edge_chunk_tokens"] = edge_chunk_tokens(raws)
     lost = schedule_lost(raws)
     if lost is not None:

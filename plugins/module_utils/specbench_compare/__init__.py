@@ -28,6 +28,8 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``serve_proof``: the served configuration's confirmatory sweep held against the run;
   ``proof_rule``: what each level of that proof is held against (the static counterpart where the
   plan speculates, the baseline where it does not) and its family-wise verdicts.
+- ``serve_guard``: what serve.yml may serve (a complete run, the measured command, the run's
+  workload), when a running configuration is up to date, the rollback configuration, retired records.
 """
 
 from __future__ import annotations
@@ -53,7 +55,31 @@ from .recommend import (
 )
 from .refine import refine_plan
 from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
-from .serve_proof import ON_REGRESSION, best_static, proof_rows, proof_verdict, regression_action, rollback_mode
+from .serve_guard import (
+    RETIRED,
+    SERVED,
+    WORKLOAD_KEYS,
+    identity_differences,
+    incomplete_problems,
+    measured_mode,
+    proof_workload,
+    retire,
+    retire_others,
+    rollback_plan,
+    run_time_scale,
+    same_configuration,
+    up_to_date,
+)
+from .serve_proof import (
+    ON_REGRESSION,
+    best_static,
+    ignored_schedule,
+    plan_references,
+    proof_rows,
+    proof_verdict,
+    regression_action,
+    rollback_mode,
+)
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
 from .traffic_prometheus import bin_running, check_traffic_input, read_traffic, resolve_traffic
@@ -85,7 +111,12 @@ __all__ = [
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
     "BASELINE_SERVED", "served_series",
-    "ON_REGRESSION", "best_static", "proof_rows", "proof_verdict", "regression_action", "rollback_mode",
+    "RETIRED", "SERVED", "WORKLOAD_KEYS", "identity_differences", "incomplete_problems", "measured_mode",
+    "proof_workload", "retire",
+    "retire_others",
+    "rollback_plan", "run_time_scale", "same_configuration", "up_to_date",
+    "ON_REGRESSION", "best_static", "ignored_schedule", "plan_references", "proof_rows", "proof_verdict",
+    "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "LAUNCH_METHOD", "launch_estimate", "launch_floor_from", "launch_widen", "family_ci", "FAMILY_METHOD",
     "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",

@@ -15,14 +15,22 @@ delta method as every speedup). Per level:
   a side measured nothing): never verified.
 
 ``verified`` is true only when every level is ``better`` or ``matches``.
+
+The reference at a level is the one the plan itself uses (``plan_references``): where the served
+plan speculates, its static counterpart (``eagle3`` for ``eagle3-adaptive``, static ``ngram`` for
+n-gram with a schedule); where it deliberately does not (the adaptive table or the schedule off
+there, or the baseline served because speculation paid nowhere), the baseline. A configuration the
+user asked for with ``serve_mode`` is held to the best static mode at every level instead: the run
+found something at least as fast, and the proof says so.
 """
 
 from __future__ import annotations
 
 import math
 
-from .common import _rnd, _rnd_pair
+from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
+from .schedule import _on_at
 from .verdict import level_failure, level_saturation
 
 WORSE, BETTER, MATCHES, UNCLEAR = "worse", "better", "matches", "unclear"
@@ -67,21 +75,35 @@ def level_verdict(ratio, ci, margin: float) -> str:
     return UNCLEAR
 
 
-def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None) -> list[dict]:
+def plan_references(plan: dict, summary: dict, levels: list[int]) -> dict[int, str]:
+    """``{level: the run's mode the served plan is held to there}`` (module docstring): the static
+    counterpart where the plan speculates, the baseline where it does not."""
+    base = summary.get("baseline_mode") or BASELINE
+    mode = str(plan.get("mode") or base)
+    static = mode[: -len("-adaptive")] if mode.endswith("-adaptive") else mode
+    return {conc: (static if static != base and _on_at(plan, summary, conc) else base) for conc in levels}
+
+
+def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None,
+               references: dict[int, str] | None = None, baseline: str = BASELINE) -> list[dict]:
     """One row per level of the run: the served sweep (a results file) against the best static mode
-    there (or against ``reference``, one mode of the run, for a rollback's own check)."""
+    there, or against ``reference`` (one mode of the run: a rollback's own check), or against
+    ``references[level]`` (``plan_references``: the plan's own reference at each level)."""
     if not 0 < margin < 0.5:
         raise ValueError(f"serve_match_margin must lie in (0, 0.5), got {margin!r}")
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
+    base = baseline
     rows = []
     for conc in levels:
-        if reference is None:
+        if reference is None and not references:
             mode, ref, ref_ci = best_static(results, conc)
         else:
-            mode = reference
-            ref, ref_ci = _rate(_levels(results.get(reference)).get(conc))
+            mode = reference or (references or {}).get(conc)
+            ref, ref_ci = _rate(_levels(results.get(mode)).get(conc))
         thr, ci = _rate(mine.get(conc))
+        speculates = None if not references or reference else (references.get(conc) != base)
+        drafts = _drafts(mine.get(conc))
         ratio, ratio_ci95 = ratio_ci(thr, ci, ref, ref_ci) if thr is not None and ref else (None, None)
         rows.append({
             "concurrency": conc,
@@ -92,6 +114,10 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             "ratio": _rnd(ratio),
             "ratio_ci95": _rnd_pair(ratio_ci95),
             "verdict": level_verdict(ratio, ratio_ci95, margin),
+            # The plan speculates here (None: not judged, a serve_mode override or a rollback's check), and
+            # the drafts the server counted over the window (None: the engine counts none).
+            "plan_speculates": speculates,
+            "drafts_counted": drafts,
             "why": (level_failure(mine.get(conc)) or "; ".join(level_saturation(mine.get(conc)))
                     or ("not measured by the served sweep" if conc not in mine else None)
                     or ("no static mode measured a rate here" if ref is None else None)),
@@ -99,30 +125,54 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
     return rows
 
 
+def _drafts(level: dict | None):
+    """The drafts the server counted over the level's window: vLLM's spec_decode_num_drafts, else
+    SGLang's spec_verify_calls (specbench_client/summary.py); None where the engine counts neither."""
+    if not level:
+        return None
+    for key in ("server_spec_drafts", "server_spec_verify_calls"):
+        if level.get(key) is not None:
+            return level[key]
+    return None
+
+
+def ignored_schedule(rows: list[dict]) -> list[int]:
+    """Levels where the plan speculates but the server counted no draft at all over the window: the
+    configuration ignores its schedule there (vLLM's model runner v2 ignores the per-batch k,
+    vllm#51510). A level without counters is not judged."""
+    return [r["concurrency"] for r in rows if r.get("plan_speculates") and r.get("drafts_counted") == 0]
+
+
 def proof_verdict(rows: list[dict]) -> dict:
-    """``{verified, worse, unclear, text}`` from the rows: verified only when no level is worse or unclear."""
+    """``{verified, worse, unclear, ignored, text}`` from the rows: verified only when no level is
+    worse or unclear and the configuration drafts wherever its plan speculates."""
     worse = [r["concurrency"] for r in rows if r["verdict"] == WORSE]
     unclear = [r["concurrency"] for r in rows if r["verdict"] == UNCLEAR]
-    verified = bool(rows) and not worse and not unclear
+    ignored = ignored_schedule(rows)
+    verified = bool(rows) and not worse and not unclear and not ignored
     if not rows:
         text = "not verified: no level to hold the served configuration against"
     elif verified:
-        text = "verified: at every level as fast as the best static mode or faster (95% intervals)"
+        text = "verified: at every level as fast as its reference or faster (95% intervals)"
     else:
         parts = []
         if worse:
-            parts.append(f"clearly slower than the best static mode at C={', '.join(map(str, worse))}")
+            parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}")
         if unclear:
             parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: bench_window_s, bench_warmup_s)")
+        if ignored:
+            parts.append(f"ignores its schedule: no draft counted at C={', '.join(map(str, ignored))}, where the plan "
+                         "speculates")
         text = "not verified: " + "; ".join(parts)
-    return {"verified": verified, "worse": worse, "unclear": unclear, "text": text}
+    return {"verified": verified, "worse": worse, "unclear": unclear, "ignored": ignored, "text": text}
 
 
 def regression_action(rows: list[dict], on_regression: str) -> str | None:
-    """None when no level is clearly worse, else what serve_on_regression says to do."""
+    """None when no level is clearly worse and the schedule is not ignored anywhere, else what
+    serve_on_regression says to do."""
     if on_regression not in ON_REGRESSION:
         raise ValueError(f"serve_on_regression={on_regression!r}: use one of {', '.join(ON_REGRESSION)}")
-    return on_regression if any(r["verdict"] == WORSE for r in rows) else None
+    return on_regression if any(r["verdict"] == WORSE for r in rows) or ignored_schedule(rows) else None
 
 
 def rollback_mode(results: dict[str, dict]) -> str | None:
