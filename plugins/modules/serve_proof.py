@@ -66,7 +66,7 @@ options:
   asked_for:
     description: >-
       The plan was asked for with serve_mode (not derived from the run); it is then held to the best static mode at
-      every level. Otherwise each level is held to the plan's own reference (C(specbench_compare.plan_references)),
+      every level. Otherwise each level is held to the plan's own reference (C(specbench_compare.proof_references)),
       the static counterpart where the plan speculates, the baseline where it does not.
     type: bool
     default: false
@@ -177,7 +177,7 @@ def main():
         if summary:
             levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
                              if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
-            references = cmp.plan_references(p["plan"], summary, levels)
+            references = cmp.proof_references(summary, p["plan"], levels)
     try:
         rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references,
                               (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE)

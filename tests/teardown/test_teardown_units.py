@@ -370,3 +370,16 @@ def test_a_target_in_a_specbench_unit_has_the_unit_stopped_through_systemctl(tmp
     assert not own.stop_own_unit(4343)
     assert calls.read_text().splitlines() == ["stop specbench-serve-30000.service"]
     assert own.units_stopped == ["specbench-serve-30000.service"] and "done" in own.log[0]
+
+
+def test_the_teardowns_default_units_match_every_unit_serve_writes():
+    """serve.yml's unit (launch/unit.py, unit_name) for every engine is one the teardown stops
+    through systemctl by default (gpu_specbench_units): the names are kept in two places, held here."""
+    from ansible_collections.specbench.core.plugins.module_utils.launch import unit  # noqa: PLC0415
+    from ansible_collections.specbench.core.plugins.module_utils.teardown import respawn  # noqa: PLC0415
+
+    defaults = yaml.safe_load((ROOT / "roles/gpu_teardown/defaults/main.yml").read_text(encoding="utf-8"))
+    for engine in ("sglang", "vllm", "emulator"):
+        name = unit.unit_name(engine, 30000)
+        assert respawn.unit_matches(name, defaults["gpu_specbench_units"]), (name, defaults["gpu_specbench_units"])
+    assert not respawn.unit_matches("specbench.service", defaults["gpu_specbench_units"])

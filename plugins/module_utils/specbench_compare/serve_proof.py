@@ -3,9 +3,10 @@
 """The serve proof: the served configuration's confirmatory sweep held against the run, level by level.
 
 At each level of the run the served throughput (its 95% interval from the client) is divided by
-the best static mode's (the highest throughput among the run's non-adaptive modes measured with a
-rate there, its interval from the run), the ratio's interval from ``intervals.ratio_ci`` (the same
-delta method as every speedup). Per level:
+its reference's (below), the ratio's own 95% interval from ``intervals.ratio_ci`` (the same delta
+method as every speedup). The verdicts read the simultaneous interval over every level of the proof
+(``proof_rule.family_proof_verdicts``: the rule every verdict of the comparison follows), so a
+proof of eight levels is not eight chances to fail by luck. Per level:
 
 - ``worse``: the interval lies below 1 (clearly slower than the best static mode): the proof fails;
 - ``better``: the interval lies above 1;
@@ -16,7 +17,7 @@ delta method as every speedup). Per level:
 
 ``verified`` is true only when every level is ``better`` or ``matches``.
 
-The reference at a level is the one the plan itself uses (``plan_references``): where the served
+The reference at a level is the one the plan itself uses (``proof_rule.proof_references``): where the served
 plan speculates, its static counterpart (``eagle3`` for ``eagle3-adaptive``, static ``ngram`` for
 n-gram with a schedule); where it deliberately does not (the adaptive table or the schedule off
 there, or the baseline served because speculation paid nowhere), the baseline. A configuration the
@@ -30,10 +31,9 @@ import math
 
 from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
-from .schedule import _on_at
+from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts
 from .verdict import level_failure, level_saturation
 
-WORSE, BETTER, MATCHES, UNCLEAR = "worse", "better", "matches", "unclear"
 ON_REGRESSION = ("rollback", "keep", "fail")
 
 
@@ -62,35 +62,13 @@ def best_static(results: dict[str, dict], conc: int) -> tuple[str | None, float 
     return best
 
 
-def level_verdict(ratio, ci, margin: float) -> str:
-    """worse / better / matches / unclear (module docstring)."""
-    if ratio is None or ci is None:
-        return UNCLEAR
-    if ci[1] < 1.0:
-        return WORSE
-    if ci[0] > 1.0:
-        return BETTER
-    if ci[0] >= 1.0 - margin and ci[1] <= 1.0 / (1.0 - margin):
-        return MATCHES
-    return UNCLEAR
-
-
-def plan_references(plan: dict, summary: dict, levels: list[int]) -> dict[int, str]:
-    """``{level: the run's mode the served plan is held to there}`` (module docstring): the static
-    counterpart where the plan speculates, the baseline where it does not."""
-    base = summary.get("baseline_mode") or BASELINE
-    mode = str(plan.get("mode") or base)
-    static = mode[: -len("-adaptive")] if mode.endswith("-adaptive") else mode
-    return {conc: (static if static != base and _on_at(plan, summary, conc) else base) for conc in levels}
-
-
 def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None,
                references: dict[int, str] | None = None, baseline: str = BASELINE) -> list[dict]:
     """One row per level of the run: the served sweep (a results file) against the best static mode
     there, or against ``reference`` (one mode of the run: a rollback's own check), or against
-    ``references[level]`` (``plan_references``: the plan's own reference at each level)."""
-    if not 0 < margin < 0.5:
-        raise ValueError(f"serve_match_margin must lie in (0, 0.5), got {margin!r}")
+    ``references[level]`` (``proof_rule.proof_references``: the plan's own reference at each
+    level). Each row's verdict reads the simultaneous interval over the rows
+    (``proof_rule.family_proof_verdicts``, which also checks ``margin``)."""
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
     base = baseline
@@ -113,7 +91,6 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             "best_static_tok_per_s": _rnd(ref, 3),
             "ratio": _rnd(ratio),
             "ratio_ci95": _rnd_pair(ratio_ci95),
-            "verdict": level_verdict(ratio, ratio_ci95, margin),
             # The plan speculates here (None: not judged, a serve_mode override or a rollback's check), and
             # the drafts the server counted over the window (None: the engine counts none).
             "plan_speculates": speculates,
@@ -122,7 +99,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
                     or ("not measured by the served sweep" if conc not in mine else None)
                     or ("no static mode measured a rate here" if ref is None else None)),
         })
-    return rows
+    return family_proof_verdicts(rows, margin)
 
 
 def _drafts(level: dict | None):
@@ -153,7 +130,7 @@ def proof_verdict(rows: list[dict]) -> dict:
     if not rows:
         text = "not verified: no level to hold the served configuration against"
     elif verified:
-        text = "verified: at every level as fast as its reference or faster (95% intervals)"
+        text = "verified: at every level as fast as its reference or faster (simultaneous intervals over its levels)"
     else:
         parts = []
         if worse:

@@ -162,10 +162,10 @@ def test_a_server_count_warning_naming_a_possible_client_bottleneck_is_not_one()
 # ------------------------------------------------------------------ the proof's reference is the plan's own (issue 36)
 def test_each_level_is_held_to_the_reference_the_plan_uses():
     summary = {"baseline_mode": "baseline", "speculate_ranges": [[1, 32]]}
-    assert cmp.plan_references(PLAN, summary, [16, 64]) == {16: "eagle3", 64: "baseline"}
+    assert cmp.proof_references(summary, PLAN, [16, 64]) == {16: "eagle3", 64: "baseline"}
     vllm = {"mode": "ngram", "schedule": [[1, 4, 3], [5, 32, 0]], "adaptive_config": None}
-    assert cmp.plan_references(vllm, {}, [1, 4, 16]) == {1: "ngram", 4: "ngram", 16: "baseline"}
-    assert cmp.plan_references({"mode": "baseline"}, {}, [1, 64]) == {1: "baseline", 64: "baseline"}
+    assert cmp.proof_references({}, vllm, [1, 4, 16]) == {1: "ngram", 4: "ngram", 16: "baseline"}
+    assert cmp.proof_references({}, {"mode": "baseline"}, [1, 64]) == {1: "baseline", 64: "baseline"}
     # A level the plan leaves off is held to the baseline even where eagle3 is faster there.
     results = {"baseline": result("baseline", [level(16, 100.0), level(64, 200.0)]),
                "eagle3": result("eagle3", [level(16, 150.0), level(64, 260.0)])}
