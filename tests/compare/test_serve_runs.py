@@ -78,13 +78,18 @@ def served(tmp_path_factory):
                 runs[name] = run_playbook(tmp / name, "playbooks/serve.yml", inventory(hosts),
                                           extravars={**given, **more}, timeout=300)
                 runs[name].save(tmp / f"{name}.json")
+                if name == "rollback":  # a bench on the served node, as another job template would start it
+                    runs["bench"] = run_playbook(tmp / "bench", "playbooks/bench.yml", inventory(hosts),
+                                                 extravars={**extra, "run_id": "srv-bench", "mode": "baseline"},
+                                                 timeout=300)
+                    runs["bench"].save(tmp / "bench.json")
         finally:
             kill_node_servers(node)
         return runs["compare"]
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
     run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in ("refused", "serve", "again", "nostart",
-                                                                          "rollback", "absent")
+                                                                          "rollback", "bench", "absent")
                  if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
@@ -177,6 +182,24 @@ def test_a_mode_that_loses_is_rolled_back_to_the_best_static_mode(served):
     killed = [k.get("pid") for _h, task, res in back.events_of("runner_on_ok") if "wait for clean GPUs" in task
               for k in res.get("killed") or []]
     assert replaced["pid"] in killed, killed
+
+
+def test_a_bench_on_a_served_node_is_refused_naming_the_service(served):
+    """Another job template's bench on the node serve.yml serves: refused under the lock, before
+    anything is touched, naming the service and the fix; the service still answers after it."""
+    run, tmp = served
+    bench = run.extra["bench"]
+    assert bench.rc != 0, bench.stdout[-4000:]
+    refusals = [m for _h, task, m in bench.failures() if "Refuse a node where serve.yml's service runs" in task]
+    assert refusals, bench.failures()
+    refusal = refusals[0]
+    record = json.loads((tmp / "before-absent-server.json").read_text())
+    assert record["service"] is True and (record.get("unit") or f"pid {record['pid']}") in refusal, refusal
+    assert "take_served_node=true" in refusal and "serve_state=absent" in refusal, refusal
+    assert not bench.task_started("Launch") and not bench.task_started("launch"), "bench launched on a served node"
+    # The service bench found is the one absent then stopped: nothing replaced it in between.
+    teardown = run.extra["absent"].task("then wait for clean GPUs")
+    assert record["pid"] in [k["pid"] for k in teardown["killed"]], teardown
 
 
 def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):
