@@ -85,6 +85,32 @@ def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first
     assert _free(path)
 
 
+def test_a_host_of_the_same_run_waiting_on_the_flock_joins_the_run_holding_it(tmp_path):
+    """Hosts of one run share its token (run_context's lock.yml sets it once per run): a host that
+    finds the flock taken while another host of the run is still writing the holder record joins
+    the run's lock at the next poll, never waits out run_context_lock_wait_s for its own run."""
+    path = str(tmp_path / "node" / "node.lock")
+    proc, watch = _holder()
+    try:
+        first = lock.acquire(path, "token-a", WHO_A, wait_s=0, poll_s=0.02, watch=watch)
+        record = lock.read_holder(path)
+        os.unlink(path + lock.INFO_SUFFIX)  # the other host's keeper holds the flock, its record not yet there
+        polls = []
+
+        def sleep(seconds):  # the record appears while this host polls
+            polls.append(seconds)
+            if len(polls) == 2:
+                lock._write_holder(path, record)  # noqa: SLF001
+
+        got = lock.acquire(path, "token-a", WHO_A, wait_s=30, poll_s=0.01, watch=watch, sleep=sleep)
+        assert got["already"] and got["pid"] == first["pid"] and len(polls) == 2, (got, polls)
+        with pytest.raises(lock.LockError):  # another run still waits, then fails naming it
+            lock.acquire(path, "token-b", WHO_B, wait_s=0.1, poll_s=0.02)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "other_user"])
 def test_a_lock_file_that_is_not_this_users_regular_file_is_refused_at_once(tmp_path, kind):
     folder = tmp_path / "node"

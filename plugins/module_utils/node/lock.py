@@ -216,6 +216,9 @@ def acquire(path: str, token: str, who: dict, wait_s: float, poll_s: float = 0.2
         deadline = clock() + wait_s
         waited_from = clock()
         while not _try_lock(fd):
+            mine = held_by(path, token)
+            if mine is not None:  # another host of this run, on the same node folder, took it meanwhile
+                return {**mine, "already": True}
             if clock() >= deadline:
                 holder = read_holder(path)
                 raise LockError(
