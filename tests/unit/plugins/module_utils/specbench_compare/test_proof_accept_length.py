@@ -85,3 +85,16 @@ def test_the_proof_shows_the_windows_accept_length_only_where_the_plan_speculate
     assert "3.70" not in text and "2.90" not in text
     doc["levels"] = again
     assert "none (no speculative step counted over the window)" in "\n".join(rep._served_section(doc))
+
+
+def test_a_window_without_a_speculative_step_is_expected_of_an_adaptive_mode_and_named_for_a_static_one():
+    def off(conc):
+        return dict(level(conc, 100.0 * conc), accept_length=None, accept_length_note=NO_SPEC_STEP_NOTE)
+
+    results = {"baseline": result("baseline", [level(c, 100.0 * c) for c in (1, 64)]),
+               "eagle3": result("eagle3", [level(1, 130.0, accept=2.4), off(64)]),
+               "eagle3-adaptive": result("eagle3-adaptive", [level(1, 130.0, accept=2.4), off(64)])}
+    kinds = {(c["kind"], c.get("mode")) for c in cmp.confounders(results, "baseline")}
+    assert ("no_speculative_step", "eagle3") in kinds
+    assert not {k for k in kinds if k[1] == "eagle3-adaptive"}, kinds  # off there, as its table says
+    assert not {k for k in kinds if k[0] == "accept_length_missing"}, kinds
