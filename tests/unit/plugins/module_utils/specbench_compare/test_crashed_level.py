@@ -81,7 +81,7 @@ def test_a_level_whose_server_died_mid_level_is_failed_in_every_output(tmp_path)
     report = rep.render_markdown(summary)
     (line,) = [x for x in report.splitlines() if x.startswith("| 5 |")]
     assert "| failed |" in line and "saturated" not in line and "no evidence" not in line
-    assert "saturated" not in report.lower().split("## method")[0].replace("unclear, failed, saturated", "")
+    assert "saturated" not in report.lower().partition("## method")[0].replace("unclear, failed, saturated", "")
     csv_row = next(r for r in csv.DictReader(io.StringIO(rep.render_csv(summary))) if r["concurrency"] == "5")
     assert csv_row["verdict"] == "failed"
     index_md = idx.render_index_md(idx.build_index("run-1", {"node-a": summary}))
