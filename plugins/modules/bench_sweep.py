@@ -327,8 +327,14 @@ levels:
       description: Per-stream decode rate after the first token, mean/p50/p90/p99.
       type: dict
     accept_length:
-      description: Mean accept length of speculative decoding, null when not speculative.
+      description: >-
+        Mean accept length of speculative decoding over the window, null when not speculative or when the server's
+        counters counted no speculative step over the window (then C(accept_length_note) says so: the server's
+        lifetime figure describes other batch sizes and is not given).
       type: float
+    accept_length_note:
+      description: Why a speculative level has no accept length although its counters were read; absent otherwise.
+      type: str
     server_running:
       description: Running requests from /metrics during the window (mean, max), or null.
       type: dict
@@ -351,7 +357,8 @@ levels:
       description:
         - "Why the machine did not keep up at this level, one string each (C(client: ...), C(engine: delivered 55% of
           its own model's rate), C(engine: held 20.0 of the 32 requests ...), C(engine: the emulator gave up ...));
-          empty when it did. A saturated level is not evidence about the node."
+          empty when it did. A saturated level is not evidence about the node. Empty for a level whose server went
+          down during it (any C(connect_refused) or C(disconnected) failure): that level failed."
       type: list
       elements: str
     emulator_model:

@@ -66,6 +66,14 @@ record:
   description: The launch record (empty when there is none).
   returned: success
   type: dict
+adaptive_config_file:
+  description: >-
+    The adaptive table file the recorded server reads (its C(--speculative-adaptive-config)), when specbench wrote it
+    in the node's state folder (the launch role's C(adaptive-config.json), serve.yml's
+    C(serve-adaptive-config-<hash>.json)); null otherwise, a file the user gave included. serve.yml removes it with
+    the service it belonged to (serve_state=absent, a replacement that started).
+  returned: success
+  type: str
 systemd_scope:
   description: >-
     C(system) (systemd is the system manager and this is root), C(user) (a user manager runs for this user), or
@@ -74,11 +82,17 @@ systemd_scope:
   type: str
 """
 
+import os
 import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.launch.process import http_get, read_state, recorded_alive
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import (
+    http_get,
+    read_state,
+    record_adaptive_file,
+    recorded_alive,
+)
 from ansible_collections.specbench.core.plugins.module_utils.launch.unit import systemd_scope
 
 
@@ -98,7 +112,9 @@ def main():
         healthy = status == 200
     same = bool(module.params["command"]) and record.get("command") == module.params["command"]
     scope = systemd_scope() if shutil.which("systemctl") else None
-    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record, systemd_scope=scope)
+    table = record_adaptive_file(record, os.path.dirname(os.path.abspath(module.params["state_path"])))
+    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record, systemd_scope=scope,
+                     adaptive_config_file=table)
 
 
 if __name__ == "__main__":

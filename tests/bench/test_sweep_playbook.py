@@ -155,6 +155,8 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
         "notspec": {**count, "base_url": shared.base_url, "mode": "eagle3"},
         "notplain": {**count, "base_url": ngram.base_url},
     }
+    # One node folder per host: hosts sharing one would queue on its node lock (issue 37) and all but one time out.
+    hosts = {name: {**v, "specbench_node_dir": str(tmp_path / f"node-{name}")} for name, v in hosts.items()}
     run = run_playbook(tmp_path, hosts)
     failed = run.failures()
 
@@ -194,6 +196,11 @@ def test_faults_keep_earlier_levels(tmp_path, emulator, fault_proxy):
     # In flight when it died: disconnected; sent after: connection refused.
     assert set(second["failures_by_kind"]) <= {"disconnected", "connect_refused"}, second["failures_by_kind"]
     assert "(the server is down or has crashed)" in second["error"] or "mid-response" in second["error"]
+    # A level whose server died failed: no keep-up reasons (a dead server's /metrics stop answering), and the
+    # console says FAILED, never SATURATED (issue 38).
+    assert second["saturated"] == [], second["saturated"]
+    (line,) = [x for x in run.stdout.splitlines() if re.search(r"crash \| (engine: [^|]+\| )?C=   2 \|", x)]
+    assert "FAILED: the server went down during the level" in line and "SATURATED" not in line, line
     check_stopped("malformed", {"malformed"}, "every request failed")
     check_stopped("stalled", {"timeout"}, "per-request timeout of 1 s")
     # The sweep went on past a level where every request failed (stop_on_error false).

@@ -20,7 +20,8 @@ fixture, in the order an infra team would meet them:
    (C=16): the proof fails there and the default rollback serves the run's best static
    configuration, eagle3 as measured, held against its own measurement;
 7. serve.yml -e serve_state=absent: the service stopped, the GPUs (emulated) clean, serve.json
-   retired and the report's Served section saying no longer served.
+   retired and the report's Served section saying no longer served, no adaptive table file of
+   serve.yml's left on the node.
 
 The proof's verdicts are statistics: a rollback's own check compares a mode with its own earlier
 measurement, and its 95% intervals may still read "worse" by chance (at most 2.5% per level, one
@@ -182,6 +183,9 @@ def test_a_mode_that_loses_is_rolled_back_to_the_best_static_mode(served):
     killed = [k.get("pid") for _h, task, res in back.events_of("runner_on_ok") if "wait for clean GPUs" in task
               for k in res.get("killed") or []]
     assert replaced["pid"] in killed, killed
+    # The launch read which adaptive table file the replaced service read, to remove it once the new one started
+    # (static eagle3 reads none).
+    assert back.task("Read the adaptive table file the configuration running now reads")["adaptive_config_file"] is None
 
 
 def test_a_bench_on_a_served_node_is_refused_naming_the_service(served):
@@ -213,3 +217,7 @@ def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):
     assert doc["state"] == "retired" and "serve_state=absent" in doc["retired_why"]
     served = (host_dir(tmp) / "report.md").read_text().split("## Served")[1]
     assert "**No longer served**" in served and "was served at" in served
+    # The adaptive table file goes with its service (eagle3 as measured read none), and no table file serve.yml
+    # wrote is left in the node's state folder.
+    assert absent.task("Read the service this node runs now")["adaptive_config_file"] is None
+    assert not list((tmp / "node" / "state").glob("serve-adaptive-config-*.json"))

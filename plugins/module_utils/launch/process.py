@@ -113,6 +113,41 @@ def read_state(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+# SGLang's flag naming the adaptive table file (speculative_adaptive_config in SGLang 0.5.23's
+# sglang/srt/arg_groups/fields/spec.py; read when the server starts, by _load_adaptive_config in
+# sglang/srt/speculative/adaptive_spec_params.py, so a restart needs the file again), and the names
+# specbench gives the files it writes in the node's state/ folder: the launch role's own
+# (roles/sglang_server, sglang_server_adaptive_config_path) and serve.yml's, one per table
+# (roles/serve/tasks/launch.yml), so that a configuration restored after a failed replacement finds
+# its own table again.
+ADAPTIVE_FLAG = "--speculative-adaptive-config"
+OWN_ADAPTIVE_NAMES = ("adaptive-config.json",)
+OWN_ADAPTIVE_PREFIX = "serve-adaptive-config-"
+
+
+def record_adaptive_file(record: dict | None, state_dir: str) -> str | None:
+    """The adaptive table file the recorded server reads (its command's --speculative-adaptive-config,
+    as two arguments or ``--flag=path``), when specbench wrote it: one of its own names directly in
+    ``state_dir`` (the node's state/ folder, beside the record). None for a command without one, and
+    for any other file (a user's own, sglang_server_adaptive_config_file): never specbench's to remove."""
+    argv = (record or {}).get("command")
+    if not isinstance(argv, list):
+        return None
+    path = None
+    for i, arg in enumerate(argv):
+        if arg == ADAPTIVE_FLAG and i + 1 < len(argv):
+            path = str(argv[i + 1])
+        elif isinstance(arg, str) and arg.startswith(ADAPTIVE_FLAG + "="):
+            path = arg.split("=", 1)[1]
+    if not path or not os.path.isabs(path):
+        return None
+    name = os.path.basename(path)
+    own = name in OWN_ADAPTIVE_NAMES or (name.startswith(OWN_ADAPTIVE_PREFIX) and name.endswith(".json"))
+    if not own or os.path.realpath(os.path.dirname(path)) != os.path.realpath(state_dir):
+        return None
+    return path
+
+
 def write_state(path: str, data: dict) -> None:
     """Write the JSON record atomically (a reader never sees half a file)."""
     folder = os.path.dirname(path)

@@ -31,6 +31,10 @@ from ansible_collections.specbench.core.plugins.module_utils.report.sections imp
 )
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.serve_proof import (
+    ACCEPT_LIFETIME,
+    ACCEPT_OFF,
+)
 
 PLOTS = {
     "throughput": "throughput.png",
@@ -384,14 +388,28 @@ def _served_section(served: dict | None) -> list[str]:
         lines.append(f"Rolled back: {_md(served['rollback'].get('text'))}.")
     lines.append(f"Launch command: `{_md(' '.join(str(a) for a in served.get('launch_command') or []))}`")
     lines.append("")
-    lines.append("| C | served tok/s [95%] | best static mode | its tok/s | served / best [95%] | verdict |")
-    lines.append("|---:|---|---|---:|---|---|")
+    lines.append("| C | served tok/s [95%] | best static mode | its tok/s | served / best [95%] | verdict | "
+                 "accept length (this window) |")
+    lines.append("|---:|---|---|---:|---|---|---|")
     for row in served.get("levels") or []:
         lines.append(f"| {row['concurrency']} | {_with_ci(row['served_tok_per_s'], row['served_ci95'])} | "
                      f"{row['best_static_mode'] or '-'} | {_f(row['best_static_tok_per_s'])} | "
-                     f"{_with_ci(row['ratio'], row['ratio_ci95'], 3)} | {row['verdict']} |")
+                     f"{_with_ci(row['ratio'], row['ratio_ci95'], 3)} | {row['verdict']} | {_proof_accept(row)} |")
     lines.append("")
     return lines
+
+
+def _proof_accept(row: dict) -> str:
+    """A proof row's accept length: the window's where the plan speculates (serve_proof._window_accept),
+    else none, labelled (speculation off by the plan, only the server's lifetime figure, no step counted)."""
+    if row.get("accept_length") is not None:
+        return _f(row["accept_length"], 2)
+    note = row.get("accept_length_note")
+    if not note:
+        return "-"
+    return {ACCEPT_OFF: "none (speculation off here by the plan)",
+            ACCEPT_LIFETIME: "none (the server gave only its lifetime figure)"}.get(
+                note, "none (no speculative step counted over the window)")
 
 
 def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:

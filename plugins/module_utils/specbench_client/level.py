@@ -21,7 +21,15 @@ from .labels import level_at_node_speed
 from .request import VOCAB, synth_prompt_tokens
 from .server import MetricsPoller, flush_cache, http_call, server_accept_length, tokens_of
 from .settings import SettingsError
-from .summary import FINE_BINS_PER_BATCH, empty_level_fields, summarize, window_rates
+from .summary import (
+    FINE_BINS_PER_BATCH,
+    LIFETIME_SOURCE,
+    NO_SPEC_STEP_NOTE,
+    empty_level_fields,
+    server_went_down,
+    summarize,
+    window_rates,
+)
 from .worker import Worker, snap
 
 RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
@@ -376,11 +384,18 @@ def accept_length_of(raws: list[dict], level: dict, settings: dict, engine, spec
         if len(bounds) == 1 and bounds[0]:
             out["accept_length_bounds"] = bounds[0]  # what the scrapes at the window's edges allow
         return out
+    steps = [level.get(k) for k in ("server_spec_drafts", "server_spec_verify_calls") if level.get(k) is not None]
+    if steps and not any(steps) and level.get("requests_ok"):
+        # The engine's counters were read over the window and counted no draft, no verify step: no
+        # speculative step ran there (an adaptive table or a schedule off at this batch size). The
+        # server's lifetime figure below describes other batch sizes, never this window: none is given.
+        out["accept_length_note"] = NO_SPEC_STEP_NOTE
+        return out
     if accept_server:
         out["accept_length"] = round(sum(a["value"] for a in accept_server) / len(accept_server), 4)
         ranks = accept_server[-1]
         out["accept_length_source"] = (
-            f"{ranks['path']} avg_spec_accept_length after the repeat, mean over {ranks['ranks']} of "
+            f"{ranks['path']} {LIFETIME_SOURCE}, mean over {ranks['ranks']} of "
             f"{ranks['of']} DP ranks: lifetime since "
             + ("/flush_cache" if settings["flush_cache"] and flushed_all else "the server started (no flush)")
             + ", folded in only every --decode-log-interval decode batches, so not exactly the window")
@@ -463,7 +478,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         level["categories_source"] = category_source(settings, engine, spec, per_category)
     if spec and settings["flush_cache"] and engine.FLUSH_PATH:
         level["cache_flushed"] = flushed_all  # POST /flush_cache answered 200 before every repeat
-    if spec and level["accept_length"] is None and level["requests_ok"]:
+    if spec and level["accept_length"] is None and level["requests_ok"] and not level.get("accept_length_note"):
         level["warnings"].append("speculative server, but no accept length: no spec_verify_ct in /generate, no "
                                  "spec-decode counters in /metrics over the window, no avg_spec_accept_length in "
                                  f"{server.get('info_path') or engine.INFO_PATH}")
@@ -495,8 +510,10 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
                 f"the prompts held {level['input_tokens_mean']:.1f} of the server's tokens on average, "
                 f"{100 * off:+.1f}% off input_len {settings['input_len']}: the calibration on "
                 f"{CALIBRATION_PROMPTS} prompts did not carry over (give prompts of your own with prompts_file)")
-    # A level the client or the engine could not serve at the node's speed is named, never used.
-    level["saturated"] = saturation(settings, server, level, http_call)
+    # A level the client or the engine could not serve at the node's speed is named, never used. One
+    # whose server went down failed (its error says so, verdict.level_failure reads it): a dead
+    # server's unanswered /metrics and lost rate are no saturation, and the level is not measured again.
+    level["saturated"] = [] if server_went_down(level) else saturation(settings, server, level, http_call)
     level["started_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
     level["duration_s"] = round(time.monotonic() - t_start, 3)
     if trace:

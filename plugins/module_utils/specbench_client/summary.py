@@ -53,6 +53,39 @@ KIND_HELP = {
 }
 
 
+# Failures that say the server itself went away during the level (worker.py: a connection refused,
+# or one the server closed mid-response): a level where they happened measured a server that was
+# dying or dead, whatever it delivered before.
+SERVER_DOWN_KINDS = ("connect_refused", "disconnected")
+
+
+def server_went_down(level: dict | None) -> str | None:
+    """Why the server went down during the level (None when no request says so), from the level's
+    ``failures_by_kind``: such a level failed (its figure is a dying server's), never saturated (a
+    dead server neither keeps up nor falls behind: its /metrics stop answering, its rate drops)."""
+    if not isinstance(level, dict) or not isinstance(level.get("failures_by_kind"), dict):
+        return None
+    down = {k: n for k, n in level["failures_by_kind"].items() if k in SERVER_DOWN_KINDS and n}
+    if not down:
+        return None
+    what = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in sorted(down.items()))
+    return (f"the server went down during the level ({what}; {level.get('requests_ok') or 0} request(s) "
+            "completed before): its figures are a dying server's")
+
+
+# Why a speculative server's level has no accept length although its counters were read.
+NO_SPEC_STEP_NOTE = ("none: the server counted no draft and no verify step over the window (speculation off at this "
+                     "batch size); its lifetime accept length describes other batch sizes and is not given")
+# The words that mark the server's lifetime figure (level.accept_length_of's last source): not the window's.
+LIFETIME_SOURCE = "avg_spec_accept_length after the repeat"
+
+
+def accept_length_is_lifetime(level: dict | None) -> bool:
+    """The level's accept length is the server's lifetime figure (SGLang's /server_info), not the window's."""
+    return bool(isinstance(level, dict) and level.get("accept_length") is not None
+                and LIFETIME_SOURCE in str(level.get("accept_length_source") or ""))
+
+
 def edge_chunk_tokens(raws: list) -> dict | None:
     """How far the server's count of the window may run ahead of the client's at each edge, in
     tokens: over the requests sent before the edge, the chunks of their first two reads after it

@@ -11,7 +11,7 @@ import re
 
 from .labels import emulation, engine_label, node_latency, node_speed
 from .level import run_level
-from .summary import empty_level_fields
+from .summary import accept_length_is_lifetime, empty_level_fields, server_went_down
 
 
 def format_level_line(level: dict, prefix: str = "", server: dict | None = None) -> str:
@@ -50,8 +50,12 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
         ttft = node_latency(ttft, emu["time_scale"])
     parts.append(f"TTFT p50 {ttft:.0f} ms" if ttft is not None else "TTFT p50 -")
     accept = level.get("accept_length")
-    if accept:
+    if accept and accept_length_is_lifetime(level):
+        parts.append(f"accept {accept:.2f} (the server's lifetime figure, not this window's)")
+    elif accept:
         parts.append(f"accept {accept:.2f}")
+    elif level.get("accept_length_note"):
+        parts.append("accept - (no speculative step counted over the window)")
     parts.append(f"ok {level.get('requests_ok', 0)} failed {level.get('requests_failed', 0)}")
     window = level.get("window") or {}
     if window.get("adaptive"):
@@ -63,7 +67,11 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
     client = level.get("client") or {}
     if client.get("bottleneck"):
         parts.append("CLIENT-BOUND")
-    if level.get("saturated"):
+    down = server_went_down(level)
+    if down:
+        # A crashed server's level failed, whatever a results file written before said of saturation.
+        parts.append(f"FAILED: {down}")
+    elif level.get("saturated"):
         parts.append("SATURATED, not evidence about the node: " + "; ".join(level["saturated"]))
     if level.get("error"):
         parts.append(f"ERROR: {level['error']}")

@@ -203,7 +203,7 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
     # Per level: caps reached, client saturated, errors, missing accept length.
     for mode in modes:
         cap = running_cap(results[mode])
-        capped, queued, saturated, errors, no_accept, noisy, again = [], [], [], [], [], [], []
+        capped, queued, saturated, errors, no_accept, no_step, noisy, again = [], [], [], [], [], [], [], []
         spec = mode != baseline and bool(
             _server(results[mode]).get("speculative_algorithm") or _server_info(results[mode]).get("speculative_algorithm")
         )
@@ -228,7 +228,9 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
             if level.get("error") or (level.get("requests_failed") or 0) > 0:
                 errors.append((conc, level.get("error") or f"{level.get('requests_failed')} requests failed"))
             if spec and level.get("accept_length") is None and level.get("output_tok_per_s"):
-                no_accept.append(conc)
+                # No speculative step over the window (the client's accept_length_note): an adaptive mode
+                # turned off at this batch size, as it should; a static one that drafted nothing, named so.
+                (no_step if level.get("accept_length_note") else no_accept).append(conc)
             thr, ci = _num(level.get("output_tok_per_s")), _interval(level.get("output_tok_per_s_ci95"))
             if thr and ci and (ci[1] - ci[0]) / (2 * thr) > NOISY_HALF_WIDTH:
                 noisy.append(f"{conc} (+-{100 * (ci[1] - ci[0]) / (2 * thr):.0f}%)")
@@ -264,6 +266,9 @@ def confounders(results: dict[str, dict], baseline: str, outcomes: dict | None =
             add("level_error", f"{mode} C={conc}: {text}", mode, conc, severity="error")
         if no_accept:
             add("accept_length_missing", f"{mode}: no accept length at C={', '.join(map(str, no_accept))}", mode, no_accept)
+        if no_step and not mode.endswith("-adaptive"):
+            add("no_speculative_step", f"{mode}: the server counted no draft and no verify step over the window at "
+                f"C={', '.join(map(str, no_step))}: this mode speculated nowhere there", mode, no_step)
         if noisy:
             add(
                 "noisy",

@@ -97,11 +97,11 @@ def crossover(levels: list[dict]) -> dict:
         speedup = _num(lv.get("speedup"))
         # The simultaneous interval decides (verdict.FAMILY_METHOD); a hand-made series without one: its 95%.
         ci = lv.get("speedup_ci_family") if "speedup_ci_family" in lv else lv.get("speedup_ci95")
-        if lv.get("saturated"):
-            excluded.append({"concurrency": conc, "reasons": list(lv["saturated"])})
-        elif lv.get("failed"):
+        if lv.get("failed"):  # failed first: a crashed server's level may carry keep-up reasons too
             points.append((conc, FAILED))
             values.append(None)
+        elif lv.get("saturated"):
+            excluded.append({"concurrency": conc, "reasons": list(lv["saturated"])})
         elif speedup is None or speedup <= 0:
             # Not measured in a mode: unclear, a region of its own, never its neighbours' verdict.
             missing.append(conc)
@@ -112,8 +112,8 @@ def crossover(levels: list[dict]) -> dict:
                 notes.append(f"C={conc:g} has no interval on its speedup: unclear, no claim is made there")
             points.append((conc, level_verdict(speedup, ci)))
             values.append(speedup)
-        every.append((conc, SATURATED if lv.get("saturated") else points[-1][1] if points and points[-1][0] == conc
-                      else UNCLEAR))
+        every.append((conc, SATURATED if lv.get("saturated") and not lv.get("failed")
+                      else points[-1][1] if points and points[-1][0] == conc else UNCLEAR))
     if missing:
         notes.append(f"C={_conc_list(missing)} has no speedup (a mode not measured there): unclear, never its "
                      "neighbours' verdict; no speculation across it")

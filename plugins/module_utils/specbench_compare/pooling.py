@@ -89,11 +89,12 @@ def pool_level(levels: list[dict]) -> dict:
     if len(levels) == 1:
         return dict(levels[0])
     usable = [(lv, _num(lv.get("output_tok_per_s")), _interval(lv.get("output_tok_per_s_ci95"))) for lv in levels]
-    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0]
+    # A launch that failed (its server went down mid-level, though it delivered a rate) is no evidence.
+    usable = [(lv, x, ci) for lv, x, ci in usable if x is not None and x > 0 and not level_failure(lv)]
     # A saturated launch is no evidence: pooled only when no launch at that level kept up.
     unsaturated = [(lv, x, ci) for lv, x, ci in usable if not level_saturation(lv)]
     usable = unsaturated or usable
-    out = dict(levels[-1])
+    out = dict(usable[-1][0] if usable else levels[-1])
     if not usable:
         return out
     k = len(usable)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 
+from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
 from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts
@@ -95,11 +96,40 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             # the drafts the server counted over the window (None: the engine counts none).
             "plan_speculates": speculates,
             "drafts_counted": drafts,
+            **_window_accept(mine.get(conc), speculates),
             "why": (level_failure(mine.get(conc)) or "; ".join(level_saturation(mine.get(conc)))
                     or ("not measured by the served sweep" if conc not in mine else None)
                     or ("no static mode measured a rate here" if ref is None else None)),
         })
     return family_proof_verdicts(rows, margin)
+
+
+# Why a proof row shows no accept length (the row's accept_length_note).
+ACCEPT_OFF = "off: the plan does not speculate at this level"
+ACCEPT_LIFETIME = ("the server gave only its lifetime accept length (SGLang's /server_info), which describes other "
+                   "batch sizes, not this window's")
+
+
+def _window_accept(level: dict | None, speculates: bool | None) -> dict:
+    """The accept length of the served sweep's window at one level, only where the plan speculates
+    there: ``{"accept_length", "accept_length_source", "accept_length_note"}``. None, with the note
+    saying why, where the plan is off (whatever the server reports), where the client had only the
+    server's lifetime figure (specbench_client/level.py, accept_length_of's last source: it mixes
+    the batch sizes the server served since its flush, speculating ones included), or where the
+    client found no speculative step over the window."""
+    out = {"accept_length": None, "accept_length_source": None, "accept_length_note": None}
+    if not level:
+        return out
+    if speculates is False:
+        out["accept_length_note"] = ACCEPT_OFF
+    elif accept_length_is_lifetime(level):
+        out["accept_length_note"] = ACCEPT_LIFETIME
+    elif level.get("accept_length") is not None:
+        out["accept_length"] = level["accept_length"]
+        out["accept_length_source"] = level.get("accept_length_source")
+    else:
+        out["accept_length_note"] = level.get("accept_length_note")
+    return out
 
 
 def _drafts(level: dict | None):

@@ -105,7 +105,8 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         bf = level_figures(bl) if bl else None
         sf = level_figures(sl) if sl else None
         thr = stream = tpot = (None, None)
-        if bf and sf:
+        failed = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) if (why := level_failure(lv))]
+        if bf and sf and not failed:  # a failed level has no speedup (a crashed server's rate is no figure)
             thr = ratio_ci(sf["throughput"], sf["throughput_ci95"], bf["throughput"], bf["throughput_ci95"])
             stream = ratio_ci(sf["per_stream"], sf["per_stream_ci95"], bf["per_stream"], bf["per_stream_ci95"])
             tpot = ratio_ci(bf["tpot_ms"], bf["tpot_ms_ci95"], sf["tpot_ms"], sf["tpot_ms_ci95"])
@@ -118,11 +119,12 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row["per_stream_speedup_ci95"] = _rnd_pair(stream[1])
         row["tpot_speedup"] = _rnd(tpot[0])
         row["tpot_speedup_ci95"] = _rnd_pair(tpot[1])
-        failed = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) if (why := level_failure(lv))]
         saturated = [f"{name}: {why}" for name, lv in ((base_mode, bl), (spec_mode, sl)) for why in level_saturation(lv)]
         row["failed"] = "; ".join(failed) or None
-        row["saturated"] = saturated
-        row["verdict"] = (SATURATED if saturated else FAILED if failed
+        # A failed level is failed, never saturated: a crashed server's level carries keep-up reasons
+        # (its /metrics stopped answering), and it is measured again (refine), not left out.
+        row["saturated"] = [] if failed else saturated
+        row["verdict"] = (FAILED if failed else SATURATED if saturated
                           else verdict(row["speedup"], row["speedup_ci95"], bl, sl))
         row.update(speedup_terms(bl, sl))
         cats = category_rows(bl, sl, row)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from statistics import NormalDist
 
+from ..specbench_client.summary import server_went_down
 from .common import _interval, _num
 
 PAYS, LOSES, UNCLEAR, FAILED = "pays", "loses", "unclear", "failed"
@@ -84,10 +85,16 @@ def level_failure(level: dict | None) -> str | None:
 
     A level failed when it has no positive throughput or no request succeeded: every request
     failed, no output token arrived (``output_tok_per_s: 0.0``), the client itself failed. Its
-    ``error`` (the client's words) names the cause when there is one.
+    ``error`` (the client's words) names the cause when there is one. A level whose server went
+    down during it (a connection refused or cut mid-response: specbench_client/summary.py,
+    server_went_down) failed too, whatever it delivered before: that figure is a dying server's,
+    and the keep-up checks' reasons it may carry (its /metrics stopped answering) are no saturation.
     """
     if not isinstance(level, dict):
         return None
+    down = server_went_down(level)
+    if down:
+        return f"{down} ({level['error']})" if level.get("error") else down
     thr = _num(level.get("output_tok_per_s"))
     ok = level.get("requests_ok")
     if thr is not None and thr > 0 and not (isinstance(ok, int) and not isinstance(ok, bool) and ok == 0):
