@@ -200,7 +200,8 @@ def test_a_bench_on_a_served_node_is_refused_naming_the_service(served):
     record = json.loads((tmp / "before-absent-server.json").read_text())
     assert record["service"] is True and (record.get("unit") or f"pid {record['pid']}") in refusal, refusal
     assert "take_served_node=true" in refusal and "serve_state=absent" in refusal, refusal
-    assert not bench.task_started("Launch") and not bench.task_started("launch"), "bench launched on a served node"
+    for touch in ("Start the server", "wait for clean GPUs", "Tear down"):  # the launch role's start, the teardowns
+        assert not bench.task_started(touch), f"bench ran {touch!r} on a served node"
     # The service bench found is the one absent then stopped: nothing replaced it in between.
     teardown = run.extra["absent"].task("then wait for clean GPUs")
     assert record["pid"] in [k["pid"] for k in teardown["killed"]], teardown

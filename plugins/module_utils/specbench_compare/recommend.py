@@ -48,15 +48,17 @@ def adaptive_table_for(ranges: list[list], measured_max: float | None = None, ba
     default's row there (with 0 taken out, so speculation is on); outside every range one row
     ``[0]`` (plain decode) turns it off. Beyond the measured levels an open range keeps the
     default's rows as they are (nothing was measured there). With ``max_steps`` (the draft steps
-    of the speculative mode measured) no row inside a measured range offers more steps than that:
-    the measurement says speculating with that many pays, not with more.
+    of the speculative mode measured) every row inside a measured range offers that many and no
+    more: the measurement says speculating with that many pays, not with more, and a row of fewer
+    only would serve a configuration the run never measured.
     """
 
     def capped(steps: list[int]) -> list[int]:
         if max_steps is None:
             return steps
-        kept = [s for s in steps if s <= max_steps]
-        return kept if any(s > 0 for s in kept) else sorted({s for s in kept if s == 0} | {max_steps})
+        # No more steps than were measured, and always the count measured: a row offering only fewer
+        # (SGLang's default [0, 1] at batch size 32) would serve a configuration the run never measured.
+        return sorted({s for s in steps if s <= max_steps} | {max_steps})
 
     base = dict(base or SGLANG_DEFAULT_ADAPTIVE)
     rows = sorted((int(k), [int(s) for s in v]) for k, v in base.items())

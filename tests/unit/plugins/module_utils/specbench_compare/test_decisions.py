@@ -210,3 +210,13 @@ def test_the_proof_holds_each_level_against_the_reference_the_plan_uses_under_th
     assert rows[0]["ratio_ci_family"][1] > 1.0 and rows[0]["ratio_ci95"] == [0.94, 0.998]
     with pytest.raises(ValueError, match="serve_match_margin"):
         cmp.family_proof_verdicts(rows, 0.7)
+
+
+def test_the_adaptive_table_offers_the_measured_step_count_and_no_more_inside_its_range():
+    """A range's rows offer the steps the run measured paying (and none above): SGLang's default row
+    at batch size 32 is [0, 1], which alone would serve one step where three were measured (the
+    MoE profile's single paying level read 0.89x of static EAGLE-3 there, under CI load)."""
+    assert cmp.adaptive_table_for([[32, 33]], measured_max=128, max_steps=3) == \
+        {"1": [0], "32": [1, 3], "33": [0]}
+    assert cmp.adaptive_table_for([[1, 9]], measured_max=128, max_steps=3) == \
+        {"1": [1, 3], "8": [0, 1, 3], "9": [0]}
