@@ -273,8 +273,8 @@ class ActionModule(ActionBase):
             "status": doc["status"],
             "error": doc["error"],
             "settings": doc["settings"],
-            "server": {k: doc["server"].get(k) for k in ("base_url", "model", "version", "speculative_algorithm",
-                                                          "speculation")},
+            "server": {k: doc["server"].get(k)
+                       for k in ("base_url", "model", "version", "speculative_algorithm", "speculation")},
             "levels": doc["levels"],
         }
         result.update(changed=True, results_file=results_file, levels=doc["levels"], status=doc["status"],

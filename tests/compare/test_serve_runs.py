@@ -89,9 +89,8 @@ def served(tmp_path_factory):
         return runs["compare"]
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
-    run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in ("refused", "serve", "again", "nostart",
-                                                                          "rollback", "bench", "absent")
-                 if (tmp / f"{name}.json").is_file()}
+    names = ("refused", "serve", "again", "nostart", "rollback", "bench", "absent")
+    run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in names if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
 

@@ -71,7 +71,7 @@ def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first
         assert waiter.poll() is None  # still waiting
         assert lock.release(path, "token-c")
         assert not lock.release(path, "token-c")  # released once; another run's lock is never touched
-        out, _ = waiter.communicate(timeout=30)
+        out, unused_err = waiter.communicate(timeout=30)
         assert waiter.returncode == 0 and float(out) > 0  # it waited, then got it
         proc2.kill()
         proc2.wait()

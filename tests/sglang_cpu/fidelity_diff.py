@@ -303,7 +303,7 @@ def with_spec_keys(items: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     p.add_argument("--left", required=True, help="the first server's URL (e.g. the emulator)")
     p.add_argument("--left-name", default="left")
     p.add_argument("--right", help="the second server's URL (e.g. a real SGLang)")

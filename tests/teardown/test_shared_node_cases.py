@@ -64,10 +64,10 @@ def alive(*procs) -> bool:
 
 def test_node_scope_on_gpu_0_spares_other_jobs_gpu_1_and_the_desktop(lab):
     server, workers = lab.sglang_tree(gpus_used=(0,), stubborn=(), escaped=())
-    starting, _ = lab.start("--nodes", "nvidiactl,nvidia-uvm", "--comm", "cuda-job")
+    starting, unused_out = lab.start("--nodes", "nvidiactl,nvidia-uvm", "--comm", "cuda-job")
     os.environ["CUDA_VISIBLE_DEVICES"] = "1"
     try:
-        gpu1_server, _ = lab.start("--nodes", "nvidiactl,nvidia-uvm", as_sglang=True)
+        gpu1_server, unused_out = lab.start("--nodes", "nvidiactl,nvidia-uvm", as_sglang=True)
     finally:
         del os.environ["CUDA_VISIBLE_DEVICES"]
     # another job's teardown module, as Ansible runs a pipelined module: /bin/sh -c '<python> && sleep 0'
@@ -75,9 +75,9 @@ def test_node_scope_on_gpu_0_spares_other_jobs_gpu_1_and_the_desktop(lab):
                                f"--nodes {lab.all_nodes()} --comm td-module && sleep 0"], stdout=subprocess.PIPE)
     lab.started.append(module)
     assert module.stdout.readline().startswith(b"READY")
-    shell, _ = lab.start("--gpu", "0", "--mib", "300", "--comm", "gnome-shell",
+    shell, unused_out = lab.start("--gpu", "0", "--mib", "300", "--comm", "gnome-shell",
                          "--record-extra", json.dumps({"graphics": True}))
-    xwayland, _ = lab.start("--nodes", "nvidiactl,nvidia0", "--comm", "Xwayland")
+    xwayland, unused_out = lab.start("--nodes", "nvidiactl,nvidia0", "--comm", "Xwayland")
 
     res = teardown(lab, kill_scope="node", devices=[0])
     killed = {k["pid"] for k in res["killed"]}
@@ -98,7 +98,7 @@ def test_node_scope_on_gpu_0_spares_other_jobs_gpu_1_and_the_desktop(lab):
 
 def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, tmp_path):
     state = lab.node_dir / "state"
-    nvtop, _ = lab.start("--nodes", lab.all_nodes(), "--comm", "nvtop")
+    nvtop, unused_out = lab.start("--nodes", lab.all_nodes(), "--comm", "nvtop")
     # another user's record naming nvtop
     theirs = state / "theirs.json"
     theirs.write_text(json.dumps({"pid": nvtop.pid, "pgid": nvtop.pid, "starttime": proc_table.starttime(nvtop.pid)}))
@@ -112,7 +112,7 @@ def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, 
     res = teardown(lab, server_state_file=str(old), kill_patterns=[{"title": "^sglang::", "args": lab.pattern}])
     assert res["killed"] == [] and alive(nvtop)
     # a stale record: its pid is another job's launcher now (another start time)
-    launcher, _ = lab.start("--nodes", "nvidiactl,nvidia-uvm", as_sglang=True)
+    launcher, unused_out = lab.start("--nodes", "nvidiactl,nvidia-uvm", as_sglang=True)
     stale = state / "stale.json"
     stale.write_text(json.dumps({"pid": launcher.pid, "pgid": launcher.pid,
                                  "starttime": proc_table.starttime(launcher.pid) - 5}))
@@ -138,7 +138,7 @@ def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, 
 
 
 def test_a_server_forking_its_successor_on_every_sigterm_ends_at_once(lab):
-    server, _ = lab.start("--nodes", "nvidiactl,nvidia-uvm", "--gpu", "0", "--mib", "1000",
+    server, unused_out = lab.start("--nodes", "nvidiactl,nvidia-uvm", "--gpu", "0", "--mib", "1000",
                           "--respawn-forever", "0:1000")
     lab.write_server_record(server.pid, server.pid)
     res = teardown(lab, respawn_watch_s=0.5)

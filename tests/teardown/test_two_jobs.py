@@ -17,7 +17,7 @@ import time
 import pytest
 from specbench_testkit import free_port, kill_node_servers
 from specbench_testkit import run_playbook as kit_run
-from td_support import ROOT, run_playbook  # noqa: F401
+from td_support import ROOT
 
 pytestmark = pytest.mark.own_pid_namespace
 

@@ -50,9 +50,8 @@ def describe_running(spec: dict) -> str:
     algo = spec.get("algorithm")
     if not algo:
         return "plain decoding"
-    parts = [f"{label} {spec[key]}" for key, label in (("num_steps", "steps"), ("eagle_topk", "top-k"),
-                                                        ("num_draft_tokens", "draft tokens"))
-             if spec.get(key) is not None]
+    labels = (("num_steps", "steps"), ("eagle_topk", "top-k"), ("num_draft_tokens", "draft tokens"))
+    parts = [f"{label} {spec[key]}" for key, label in labels if spec.get(key) is not None]
     if spec.get("adaptive"):
         parts.append("adaptive steps")
     return f"{algo}" + (f" ({', '.join(parts)})" if parts else "")

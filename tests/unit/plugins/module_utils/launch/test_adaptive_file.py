@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ansible_collections
 from ansible_collections.specbench.core.plugins.module_utils.launch.process import record_adaptive_file
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -53,7 +54,8 @@ def test_serve_status_names_the_file_from_the_nodes_launch_record(tmp_path):
     (state / "server.json").write_text(json.dumps(record))
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"state_path": str(state / "server.json")}}))
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "collections"))
+    # Wherever this collection is imported from (the checkout's collections/ link, or ansible-test's copy).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(Path(p).parent) for p in ansible_collections.__path__))
     proc = subprocess.run([sys.executable, str(ROOT / "plugins/modules/serve_status.py"), str(args)],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     out = json.loads(proc.stdout)

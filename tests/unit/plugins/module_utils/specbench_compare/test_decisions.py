@@ -39,7 +39,7 @@ def test_a_tie_at_eight_levels_makes_a_claim_in_at_most_5_percent_of_runs():
     """Before: 33.5% of runs claimed pays, loses, a crossing or a speculation range somewhere (per-level 95%)."""
     rng = random.Random(361)
     n, claims = 1000, 0
-    for _ in range(n):
+    for _run in range(n):
         comp = cmp.compare_pair(*noisy_pair(rng, dict.fromkeys(SEED_LEVELS, 1.0)), "baseline", "eagle3")
         claims += bool([r for r in comp["levels"] if r["verdict"] in ("pays", "loses")] or comp["crossings"]
                        or comp["speculate_ranges"])
@@ -71,7 +71,7 @@ def test_sglangs_table_and_vllms_schedule_speculate_only_where_the_truth_pays(gr
     rng = random.Random(363)
     bad = seen = 0
     last_named = set()
-    for _ in range(200):
+    for _run in range(200):
         comp = cmp.compare_pair(*noisy_pair(rng, {c: truth(c) for c in grid}, 0.03), "baseline", "eagle3")
         table = {int(k): v for k, v in (comp["adaptive_table"] or {}).items()}
         sched = cmp.vllm_schedule(comp["levels"], 3, grid[-1]) or []
@@ -160,10 +160,10 @@ def test_the_traffic_gain_covers_the_tokens_served_truth(name, truth, mix):
               / sum(t["share"] * base_curve(t["concurrency"]) for t in mix))
     hits = pays = 0
     n = 300
-    for _ in range(n):
+    for _run in range(n):
         comp = cmp.compare_pair(*noisy_pair(rng, {c: truth(c) for c in SEED_LEVELS}), "baseline", "eagle3")
         gain = cmp.traffic_gain(comp["levels"], mix, "eagle3")
-        lo, hi = gain["gain_ci95"]
+        lo, hi = gain["gain_ci95"]  # pylint: disable=unpacking-non-sequence
         hits += lo <= target <= hi
         pays += gain["verdict"] == "pays"
     assert hits / n >= 0.90, (hits, target)
@@ -177,7 +177,7 @@ def test_the_per_category_accept_length_interval_by_request_covers_when_acceptan
     that took steps as independent covered 73-79%; the cluster-robust one by request must reach 90%."""
     rng = random.Random(f"368-{n_req}")
     hits, n = 0, 300
-    for _ in range(n):
+    for _run in range(n):
         pairs = []
         for _r in range(n_req):
             mean, k = rng.gauss(2.5, 0.6), rng.randint(20, 80)

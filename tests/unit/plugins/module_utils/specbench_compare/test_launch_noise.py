@@ -84,7 +84,7 @@ def test_with_the_nodes_floor_one_launch_per_mode_covers_and_a_tie_reads_as_a_ti
     truth = {c: base_curve(c) for c in LEVELS}
     cover = total = claims = 0
     n = 150
-    for _ in range(n):
+    for _run in range(n):
         floor = cmp.launch_floor_from({"a": measured(rng, launch_sd)}, now=NOW)
         comp = cmp.compare_pair(launches(rng, "baseline", truth, launch_sd, 1),
                                 launches(rng, "eagle3", truth, launch_sd, 1), "baseline", "eagle3", floor)
@@ -115,7 +115,7 @@ def test_two_launches_read_the_floor_they_store_and_gain_power_without_losing_co
     truth = {c: base_curve(c) for c in LEVELS}
     cover = total = claims = 0
     n = 80
-    for _ in range(n):
+    for _run in range(n):
         b, s = launches(rng, "baseline", truth, launch_sd, 2), launches(rng, "eagle3", truth, launch_sd, 2)
         part = cmp.launch_estimate({"baseline": b, "eagle3": s})
         part["measured_at"] = "2026-03-01T00:00:00+00:00"

@@ -44,8 +44,8 @@ def test_the_client_gives_no_lifetime_figure_over_a_window_that_counted_no_specu
     assert blind["accept_length"] == 3.1 and "lifetime since /flush_cache" in blind["accept_length_source"]
     assert "accept 3.10 (the server's lifetime figure, not this window's)" in format_level_line(blind)
     # A window figure reads as before.
-    assert " | accept 2.40 | " in format_level_line(dict(level(16, 500.0), accept_length=2.4,
-                                                          accept_length_source=WINDOW))
+    line = format_level_line(dict(level(16, 500.0), accept_length=2.4, accept_length_source=WINDOW))
+    assert " | accept 2.40 | " in line
 
 
 def test_the_proof_shows_the_windows_accept_length_only_where_the_plan_speculates():
