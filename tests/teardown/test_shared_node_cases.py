@@ -76,7 +76,7 @@ def test_node_scope_on_gpu_0_spares_other_jobs_gpu_1_and_the_desktop(lab):
     lab.started.append(module)
     assert module.stdout.readline().startswith(b"READY")
     shell, unused_out = lab.start("--gpu", "0", "--mib", "300", "--comm", "gnome-shell",
-                         "--record-extra", json.dumps({"graphics": True}))
+                                  "--record-extra", json.dumps({"graphics": True}))
     xwayland, unused_out = lab.start("--nodes", "nvidiactl,nvidia0", "--comm", "Xwayland")
 
     res = teardown(lab, kill_scope="node", devices=[0])
@@ -139,7 +139,7 @@ def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, 
 
 def test_a_server_forking_its_successor_on_every_sigterm_ends_at_once(lab):
     server, unused_out = lab.start("--nodes", "nvidiactl,nvidia-uvm", "--gpu", "0", "--mib", "1000",
-                          "--respawn-forever", "0:1000")
+                                   "--respawn-forever", "0:1000")
     lab.write_server_record(server.pid, server.pid)
     res = teardown(lab, respawn_watch_s=0.5)
     assert res["clean"] is True and res["elapsed_s"] < 3, (res["elapsed_s"], res["msg"])
