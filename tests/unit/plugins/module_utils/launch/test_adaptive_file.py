@@ -6,13 +6,8 @@ replacement started, and never a file the user gave. Unit tests and one run of t
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-import ansible_collections
 from ansible_collections.specbench.core.plugins.module_utils.launch.process import record_adaptive_file
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -42,22 +37,3 @@ def test_only_specbenchs_own_table_file_in_the_state_folder_is_named(tmp_path):
     ):
         assert record_adaptive_file({"command": command}, str(state)) is None, command
     assert record_adaptive_file({}, str(state)) is None and record_adaptive_file(None, str(state)) is None
-
-
-def test_serve_status_names_the_file_from_the_nodes_launch_record(tmp_path):
-    state = tmp_path / "state"
-    state.mkdir()
-    table = state / "serve-adaptive-config-0123456789ab.json"
-    table.write_text("{}\n")
-    record = {"command": [*SG, "--speculative-adaptive-config", str(table)], "pid": 2**22 + 7, "starttime": 1,
-              "base_url": "http://127.0.0.1:9", "mode": "eagle3-adaptive"}
-    (state / "server.json").write_text(json.dumps(record))
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"state_path": str(state / "server.json")}}))
-    # Wherever this collection is imported from (the checkout's collections/ link, or ansible-test's copy).
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(Path(p).parent) for p in ansible_collections.__path__))
-    proc = subprocess.run([sys.executable, str(ROOT / "plugins/modules/serve_status.py"), str(args)],
-                          capture_output=True, text=True, env=env, timeout=60, check=False)
-    out = json.loads(proc.stdout)
-    assert out["adaptive_config_file"] == str(table) and out["running"] is False and out["changed"] is False, out
-    assert table.exists()  # read-only: serve.yml's tasks remove it, never this module
