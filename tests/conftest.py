@@ -2,6 +2,7 @@
 folder has a conftest.py, so ``from conftest import`` would be ambiguous)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import sysconfig
@@ -107,6 +108,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("schedule: each worker's files (seconds from the session's start)")
         for line in schedule_lines(SCHEDULE, SESSION_START):
             terminalreporter.write_line(line)
+        if os.environ.get("SPECBENCH_SCHEDULE_FILE"):  # every unit's span, for tuning the suite's wall time
+            rows = [{"worker": w, "unit": u, "start": a - SESSION_START, "stop": b - SESSION_START}
+                    for (w, u), (a, b) in sorted(SCHEDULE.items(), key=lambda kv: kv[1][0])]
+            Path(os.environ["SPECBENCH_SCHEDULE_FILE"]).write_text(json.dumps(rows, indent=1) + "\n")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -139,3 +144,22 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (f"skipped in CI, where nothing may be: {reason}. .ci/run must install or build what this "
                            "test needs (or, for what no CI machine can have, add the reason to SKIPS_ALLOWED_IN_CI "
                            "in tests/conftest.py)")
+
+
+# Tuning aid (SPECBENCH_CPU_CGROUP=<a cgroup v1 cpuacct folder this user may write>): each worker
+# moves itself into a child folder per unit as the unit starts, so every process a unit starts
+# (servers, emulators, playbooks) is charged to it; read the folders' cpuacct.usage after the run.
+CPU_CGROUP = os.environ.get("SPECBENCH_CPU_CGROUP")
+CPU_UNIT = [None]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if not CPU_CGROUP:
+        return
+    unit = schedule_unit(item.nodeid)
+    if unit != CPU_UNIT[0]:
+        CPU_UNIT[0] = unit
+        folder = Path(CPU_CGROUP) / unit.strip("/").replace("/", "__")
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "cgroup.procs").write_text(str(os.getpid()))

@@ -72,6 +72,12 @@ options:
     description: With no holder process to watch (neither ansible-playbook nor sshd), how long the lock is kept at most.
     type: float
     default: 86400
+  served_record:
+    description:
+      - The node's launch record (C(state/server.json)). When given, also says whether the server it names
+        still runs and is serve.yml's service (C(served)), read once the lock is held (in check mode, without
+        it), so that bench, compare and teardown refuse a served node before they touch anything.
+    type: path
 """
 
 EXAMPLES = r"""
@@ -101,6 +107,12 @@ released:
   description: This run's lock was given back.
   returned: when state is released
   type: bool
+served:
+  description: >-
+    With I(served_record): C(running) (the recorded server still runs: same pid and process start time),
+    C(service) (it is serve.yml's service) and C(record) (the launch record, empty when there is none).
+  returned: when served_record is given and state is held
+  type: dict
 msg:
   description: What happened, or on failure who holds the lock and the fix.
   returned: always
@@ -112,6 +124,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import read_state, recorded_alive
 from ansible_collections.specbench.core.plugins.module_utils.node.lock import (
     LockError,
     acquire,
@@ -120,6 +133,15 @@ from ansible_collections.specbench.core.plugins.module_utils.node.lock import (
     read_holder,
     release,
 )
+
+
+def served(path: str | None) -> dict:
+    """Whether the launch record at ``path`` names a server that still runs, and serve.yml's service."""
+    if not path:
+        return {}
+    record = read_state(path) or {}
+    running = recorded_alive(record)
+    return {"served": {"running": running, "service": running and bool(record.get("service")), "record": record}}
 
 
 def main():
@@ -135,6 +157,7 @@ def main():
             "wait_s": {"type": "float", "default": 300},
             "poll_s": {"type": "float", "default": 0.2},
             "max_hold_s": {"type": "float", "default": 86400},
+            "served_record": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -162,8 +185,9 @@ def main():
                 free = False
             finally:
                 os.close(fd)
+        held = "it is free" if free else f"held by {describe(holder)}"
         module.exit_json(changed=False, holder=holder if not free else {}, already=False, waited_s=0.0,
-                         msg="check mode: took no lock; " + ("it is free" if free else f"held by {describe(holder)}"))
+                         **served(p["served_record"]), msg="check mode: took no lock; " + held)
     who = {k: p[k] for k in ("run_id", "playbook", "user", "awx_job_id")}
     try:
         holder = acquire(path, p["token"], who, p["wait_s"], p["poll_s"], p["max_hold_s"])
@@ -172,7 +196,7 @@ def main():
     already = holder.pop("already")
     module.exit_json(
         changed=False, holder=holder, already=already, waited_s=holder.get("waited_s", 0.0),
-        msg=("this run holds the node lock already" if already else
+        **served(p["served_record"]), msg=("this run holds the node lock already" if already else
              f"node lock held by this run (waited {holder.get('waited_s', 0.0)}s; released when "
              f"{holder['watching']['what']} ends)"))
 

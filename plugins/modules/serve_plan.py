@@ -109,9 +109,11 @@ current:
   type: dict
 up_to_date:
   description: >-
-    C({ok, why}) from C(specbench_compare.up_to_date): serve.json is this run's, still served, its configuration is
-    the plan (or the plan's rollback), its proof verified, under the same serve_on_regression. The play also checks
-    that the recorded server runs that command and answers.
+    C({ok, why, in_place}) from C(specbench_compare.up_to_date): serve.json is this run's, still served, its
+    configuration is the plan (or the plan's rollback), its proof verified, under the same serve_on_regression. The
+    play also checks that the recorded server runs that command and answers. C(in_place) (not up to date, but
+    serve.json's configuration is the plan itself: C(specbench_compare.proves_in_place)) says that a server running
+    serve.json's command and answering is proved again where it runs, with nothing relaunched.
   returned: success
   type: dict
 """
@@ -211,8 +213,9 @@ def main():
                      if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
     bench = cmp.proof_workload(results, summary.get("baseline_mode") or cmp.BASELINE)
     fresh, why = cmp.up_to_date(current, p["run_id"], plan, p["on_regression"])
+    in_place = not fresh and cmp.proves_in_place(current, p["run_id"], plan)
     module.exit_json(changed=False, plan=plan, levels=levels, bench=bench, time_scale=cmp.run_time_scale(results),
-                     current=current, up_to_date={"ok": fresh, "why": why}, warnings=warnings)
+                     current=current, up_to_date={"ok": fresh, "why": why, "in_place": in_place}, warnings=warnings)
 
 
 if __name__ == "__main__":

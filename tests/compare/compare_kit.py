@@ -8,12 +8,16 @@ device files it holds.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
 
 import specbench_testkit as kit
-from specbench_testkit import local_host
+from compare_synth import truth_crossover
+from specbench_testkit import free_port, inventory, kill_node_servers, local_host, shared_run
+
+from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 
 
 def run_playbook(tmp: Path, playbook: str, inventory: dict | str | None = None, extravars: dict | None = None,
@@ -70,3 +74,54 @@ def not_kept_up(host_dir: Path) -> list[str]:
         for level in doc.get("levels") or []:
             found += [f"{path.name} C={level.get('concurrency')}: {why}" for why in level.get("saturated") or []]
     return found
+
+
+# ---------------------------------------------------------------------------------------------
+# The accuracy run: test_compare_runs's, and the run test_serve_runs serves (a copy of its llama host)
+# ---------------------------------------------------------------------------------------------
+KIMI = "kimi-k2.5-8x-rtx-pro-6000"
+LLAMA = "llama-3.1-8b-1x-h100"
+KIMI_LEVELS = [1, 2, 4]
+LLAMA_LEVELS = [16, 32, 64]
+# A playbook run's limit guards against a hang only: compare runs take 100-310 s in a quiet CI run
+# (two pytest workers on 2 cores) and ran past 420 s beside other work (load 10-20); the pytest
+# limit, which counts a shared run's fixture setup, stays above it.
+RUN_TIMEOUT_S = 1200
+
+
+def accuracy_run(tmp_path_factory) -> tuple[kit.PlaybookRun, Path, dict[str, Path]]:
+    """compare.yml on two emulated hosts at once on localhost (two emulators, two ports, two device
+    folders), once per session: kimi on the emulator's default profile (the seeds' Kimi-K2.5 node,
+    crossover near C=1.3) with a third mode, eagle3-adaptive with the table compare recommends for the
+    model's crossover; llama on the Llama-3.1-8B/H100 profile (crossover near C=50). Returns (run, the
+    run's results folder, each host's node folder)."""
+    def build(tmp: Path):
+        nodes = {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
+        hosts = {
+            "kimi": node_vars(nodes["kimi"], free_port(), KIMI, 0.25,
+                              compare_modes=["baseline", "eagle3", "eagle3-adaptive"],
+                              sglang_server_adaptive_config=cmp.sglang_adaptive_config(
+                                  cmp.adaptive_table(math.ceil(truth_crossover(KIMI)))),
+                              bench_concurrency=KIMI_LEVELS, bench_warmup_s=1, bench_window_s=3),
+            # Slowed down (time scale 4) so that C=64 stays well inside what two loaded cores can serve
+            # (auto would choose 0.75 for these levels: tests/emulator/test_time_scale_auto.py); the tests
+            # assert the machine kept up (level.saturated) before they judge a verdict.
+            "llama": node_vars(nodes["llama"], free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+                               bench_concurrency=LLAMA_LEVELS, bench_input_len=64, bench_output_len=64,
+                               bench_warmup_s=1.5, bench_window_s=3),
+            # A third host, left out by --limit: the run must neither touch nor report it.
+            "left-out": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port()},
+        }
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), limit="kimi,llama",
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "acc",
+                                           "compare_traffic": [{"concurrency": 1, "share": 0.25},
+                                                               {"concurrency": 32, "share": 0.25},
+                                                               {"concurrency": 1000, "share": 0.5}]},
+                                timeout=RUN_TIMEOUT_S)
+        finally:
+            for node in nodes.values():
+                kill_node_servers(node)
+
+    run, tmp = shared_run(tmp_path_factory, "compare-accuracy", build)
+    return run, tmp / "results" / "acc", {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}

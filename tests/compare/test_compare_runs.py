@@ -2,10 +2,11 @@
 
 Two runs, each shared by the tests below it:
 
-* ``accuracy_run``: two emulated hosts at once on localhost (two emulators, two ports, two
-  device folders), one on the emulator's default profile (the seeds' Kimi-K2.5 node, crossover
-  near C=1.3), one on the second profile (Llama-3.1-8B on an H100, crossover near C=50).
-  Each host's crossover must match the emulator's analytic model within one level.
+* ``accuracy_run`` (compare_kit.accuracy_run; test_serve_runs serves a copy of its llama host):
+  two emulated hosts at once on localhost (two emulators, two ports, two device folders), one on
+  the emulator's default profile (the seeds' Kimi-K2.5 node, crossover near C=1.3), one on the
+  second profile (Llama-3.1-8B on an H100, crossover near C=50). Each host's crossover must match
+  the emulator's analytic model within one level.
 * ``fault_run``: a fleet where every host has its own fault: eagle3 fails to start (its draft
   does not fit the shared memory fraction), the server crashes mid-sweep, the teardown cannot
   clean (a GPU holder it must not kill), and a host that cannot be reached.
@@ -17,23 +18,13 @@ import json
 import math
 from pathlib import Path
 
+import compare_kit
 import pytest
-from compare_kit import node_vars, not_kept_up, run_playbook
+from compare_kit import KIMI, KIMI_LEVELS, LLAMA, LLAMA_LEVELS, RUN_TIMEOUT_S, node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
 from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
 
-from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
-
-# A playbook run's limit guards against a hang only: these runs take 100-310 s in a quiet CI run
-# (two pytest workers on 2 cores) and ran past 420 s beside other work (load 10-20); the pytest
-# limit, which counts a shared run's fixture setup, stays above it.
-RUN_TIMEOUT_S = 1200
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
-
-KIMI = "kimi-k2.5-8x-rtx-pro-6000"
-LLAMA = "llama-3.1-8b-1x-h100"
-KIMI_LEVELS = [1, 2, 4]
-LLAMA_LEVELS = [16, 32, 64]
 
 
 def summary(run_dir: Path, host: str) -> dict:
@@ -56,38 +47,7 @@ def within_one_level(found: dict, truth: float, levels: list[int]) -> bool:
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def accuracy_run(tmp_path_factory):
-    def build(tmp: Path):
-        nodes = {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
-        hosts = {
-            # A third mode: eagle3-adaptive with the table compare recommends for the model's crossover,
-            # to check it tracks the better of baseline and eagle3.
-            "kimi": node_vars(nodes["kimi"], free_port(), KIMI, 0.25,
-                              compare_modes=["baseline", "eagle3", "eagle3-adaptive"],
-                              sglang_server_adaptive_config=cmp.sglang_adaptive_config(
-                                  cmp.adaptive_table(math.ceil(truth_crossover(KIMI)))),
-                              bench_concurrency=KIMI_LEVELS, bench_warmup_s=1, bench_window_s=3),
-            # Slowed down (time scale 4) so that C=64 stays well inside what two loaded cores can serve
-            # (auto would choose 0.75 for these levels: tests/emulator/test_time_scale_auto.py); the test
-            # asserts the machine kept up (level.saturated) before it judges the verdict.
-            "llama": node_vars(nodes["llama"], free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
-                               bench_concurrency=LLAMA_LEVELS, bench_input_len=64, bench_output_len=64,
-                               bench_warmup_s=1.5, bench_window_s=3),
-            # A third host, left out by --limit: the run must neither touch nor report it.
-            "left-out": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port()},
-        }
-        try:
-            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), limit="kimi,llama",
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "acc",
-                                           "compare_traffic": [{"concurrency": 1, "share": 0.25},
-                                                               {"concurrency": 32, "share": 0.25},
-                                                               {"concurrency": 1000, "share": 0.5}]},
-                                timeout=RUN_TIMEOUT_S)
-        finally:
-            for node in nodes.values():
-                kill_node_servers(node)
-
-    run, tmp = shared_run(tmp_path_factory, "compare-accuracy", build)
-    return run, tmp / "results" / "acc", {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
+    return compare_kit.accuracy_run(tmp_path_factory)
 
 
 def test_compare_runs_every_mode_on_two_hosts_at_once_and_succeeds(accuracy_run):

@@ -1,9 +1,10 @@
-"""playbooks/serve.yml on an emulated node (real processes, localhost only), after one compare.yml
-run on the Llama-3.1-8B/H100 profile (EAGLE-3 at SGLang's automatic settings, top-k 4, pays at C=16,
-1.68x analytic, and loses at 64, 0.85x: the analytic crossover is near 50), all in one module-scoped
-fixture, in the order an infra team would meet them:
+"""playbooks/serve.yml on an emulated node (real processes, localhost only), serving the llama host
+of the session's accuracy run (compare_kit.accuracy_run, which test_compare_runs judges: the
+Llama-3.1-8B/H100 profile, EAGLE-3 at SGLang's automatic settings, top-k 4, pays at C=16, 1.68x
+analytic, and loses at 64, 0.85x: the analytic crossover is near 50), copied into this module's
+own results folder, all in one module-scoped fixture, in the order an infra team would meet them:
 
-1. compare.yml: baseline and eagle3 at C = 16 and 64 (short windows);
+1. compare.yml: baseline and eagle3 at C = 16, 32 and 64 (short windows), the accuracy run;
 2. serve.yml as the AWX workflow's serve node runs it (the compare node's set_stats handed over,
    run_id left empty): the run recommends eagle3-adaptive with its table, but SGLang's adaptive
    speculation runs top-k 1 and the run measured top-k 4: refused in the preflight, by flag, with
@@ -11,8 +12,9 @@ fixture, in the order an infra team would meet them:
 3. serve.yml -e serve_mode=eagle3 -e serve_on_regression=fail: static EAGLE-3, the configuration
    measured, served and proved against the best static mode at each level; where it is clearly
    slower (C=64) the play fails with serve.json written and the service running;
-4. the same again: a failed proof is never up to date: launched and proved again, failing again
-   with the same reason (and, were the proof verified, nothing would change);
+4. the same again: a failed proof is never up to date: proved again on the server that runs it
+   (nothing relaunched), failing again with the same reason (and, were the proof verified,
+   nothing would change);
 5. serve.yml -e serve_mode=baseline with a launch that cannot become ready (the emulator loading
    for 60 s, 3 s allowed): the play fails naming both, and the configuration that ran before is
    restored exactly as it ran and answers /health (never nothing serving);
@@ -33,8 +35,10 @@ from 1 (the baseline at C=16).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
+import compare_kit
 import pytest
 from compare_kit import node_vars, not_kept_up, run_playbook
 from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run
@@ -43,38 +47,42 @@ from ansible_collections.specbench.core.plugins.module_utils import specbench_co
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-LLAMA = "llama-3.1-8b-1x-h100"
-LEVELS = [16, 64]
+LLAMA = compare_kit.LLAMA
+LEVELS = compare_kit.LLAMA_LEVELS
+RUN_ID = "acc"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
+    compare, compared, _nodes = compare_kit.accuracy_run(tmp_path_factory)
+
     def build(tmp: Path):
         node = tmp / "node"
-        # Slowed down (time scale 4, as test_compare_runs's llama host) so two loaded cores keep up at C=64.
+        # The accuracy run's llama host, copied: serve.yml writes serve.json and re-renders the report in
+        # its own copy, never in the run test_compare_runs reads. The node is this module's own.
+        shutil.copytree(compared / "llama", tmp / "results" / RUN_ID / "llama")
+        # Slowed down (time scale 4, as the run's llama host) so two loaded cores keep up at C=64.
         hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
                                     bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
                                     bench_warmup_s=1.5, bench_window_s=3)}
-        extra = {"results_dir": str(tmp / "results"), "run_id": "srv"}
+        extra = {"results_dir": str(tmp / "results"), "run_id": RUN_ID}
         runs = {}
         try:
-            runs["compare"] = run_playbook(tmp / "c", "playbooks/compare.yml", inventory(hosts), extravars=extra,
-                                           timeout=420)
             fail = {"serve_mode": "eagle3", "serve_on_regression": "fail"}
             nostart = {"serve_mode": "baseline", "sglang_server_emulator_load_seconds": 60,
                        "sglang_server_ready_timeout": 3}
             for name, more in (("refused", {}), ("serve", fail), ("again", fail), ("nostart", nostart),
                                ("rollback", {"serve_mode": "baseline"}), ("absent", {"serve_state": "absent"})):
                 # What the run before left, for the tests (the next run rewrites it).
-                for src, dest in ((tmp / "results/srv/llama/serve.json", tmp / f"before-{name}-serve.json"),
-                                  (tmp / "results/srv/llama/report.md", tmp / f"before-{name}-report.md"),
+                for src, dest in ((tmp / f"results/{RUN_ID}/llama/serve.json", tmp / f"before-{name}-serve.json"),
+                                  (tmp / f"results/{RUN_ID}/llama/report.md", tmp / f"before-{name}-report.md"),
                                   (node / "state/server.json", tmp / f"before-{name}-server.json")):
                     if src.is_file():
                         dest.write_text(src.read_text())
                 # The first serve runs as AWX's workflow node after compare: no run id of its own (the survey's
                 # empty answer), the compare node's set_stats handed over as extra vars.
                 given = ({"results_dir": extra["results_dir"], "run_id": "",
-                          "specbench_compare": runs["compare"].artifact_stats()["specbench_compare"]}
+                          "specbench_compare": compare.artifact_stats()["specbench_compare"]}
                          if name == "refused" else extra)
                 runs[name] = run_playbook(tmp / name, "playbooks/serve.yml", inventory(hosts),
                                           extravars={**given, **more}, timeout=300)
@@ -86,7 +94,7 @@ def served(tmp_path_factory):
                     runs["bench"].save(tmp / "bench.json")
         finally:
             kill_node_servers(node)
-        return runs["compare"]
+        return compare
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
     names = ("refused", "serve", "again", "nostart", "rollback", "bench", "absent")
@@ -95,7 +103,7 @@ def served(tmp_path_factory):
 
 
 def host_dir(tmp: Path) -> Path:
-    return tmp / "results" / "srv" / "llama"
+    return tmp / "results" / RUN_ID / "llama"
 
 
 def test_compare_crosses_on_a_machine_that_kept_up(served):
@@ -140,8 +148,10 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
     second = json.loads((tmp / "before-nostart-serve.json").read_text())
     if doc["verified"]:
         assert again.rc == 0 and again.changed() == [] and "already runs" in again.stdout, again.stdout[-6000:]
-    else:  # never up to date: launched and proved again, and a worse level fails the play again
-        assert "nothing launched" not in again.stdout and "launching and proving eagle3" in again.stdout
+    else:  # never up to date: proved again where it runs (the same process), and a worse level fails the play again
+        assert "proving it again where it runs" in again.stdout, again.stdout[-6000:]
+        assert again.task_started("Launch SGLang or the emulator") == []
+        assert second["service"]["pid"] == doc["service"]["pid"] and second["launch_command"] == doc["launch_command"]
         assert second["written_at"] >= doc["written_at"] and second["levels"] != doc["levels"]
         assert (again.rc == 0) == (second["action"] is None), again.stdout[-6000:]
         if doc["worse"] and second["worse"]:

@@ -3,7 +3,7 @@ compare run (conftest.POOL "compare": baseline, n-gram and a draft model at C = 
 schedule derived from that run's verdicts served (speculation off wherever a level does not clearly
 pay, so above the crossing), one vLLM launch, the proof sweep at the run's levels, serve.json and
 the report's Served section; run again: nothing changes where the proof verified (it is proved
-again where it did not); then serve_state=absent leaves the emulated GPUs clean.
+again on the running server, not relaunched, where it did not); then serve_state=absent leaves the emulated GPUs clean.
 
 serve_on_regression is ``keep`` here: a rollback would launch a second vLLM server (minutes on
 CPU). Everything is held to the run's own outputs (the schedule to its verdicts, serve.json to the
@@ -102,8 +102,11 @@ def test_serving_again_is_idempotent_only_after_a_verified_proof(served):
     first = runs["serve"].task("Hold against the run and write serve.json")["doc"]
     if first["verified"]:
         assert again.changed() == [], again.changed()
-    else:  # a failed or unclear proof is never up to date: launched and proved again
-        assert "launching and proving" in again.stdout, again.stdout[-6000:]
+    else:  # a failed or unclear proof is never up to date: proved again on the server that runs (not relaunched)
+        assert "proving it again where it runs" in again.stdout, again.stdout[-6000:]
+        assert again.task_started("Launch vLLM") == []
+        second = again.task("Hold against the run and write serve.json")["doc"]
+        assert second["service"]["pid"] == first["service"]["pid"], (first["service"], second["service"])
 
 
 def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):

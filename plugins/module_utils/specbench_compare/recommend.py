@@ -157,7 +157,14 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
                 f"Speculate ({spec_mode}) {where}; elsewhere run without speculation.")
         text += f" It stops paying between C={_bracket_words(cross)}"
         gap = cross.get("bracket") or [None, None]
-        if gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
+        # Levels measured between the two that bracket the crossing, with no clear verdict: named, so that
+        # "only these two levels bracket it" never hides a level that was measured and could not tell.
+        inside = [r for r in regs if r["verdict"] in (UNCLEAR, FAILED) and gap[0] and gap[1]
+                  and gap[0] < r["from_concurrency"] and r["to_concurrency"] < gap[1]]
+        if inside:
+            text += (f" Between them, at {_regions_words(inside, (UNCLEAR, FAILED))}, the data cannot tell: measure more "
+                     "there (compare_launches: 2 or more, longer windows); the table runs without speculation there.")
+        elif gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
             text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
                      "(compare_refine: true) to pin it down.")
     elif status in ("multiple", "loses_then_pays"):

@@ -225,6 +225,14 @@ def up_to_date(current: dict | None, run_id: str, plan: dict, on_regression: str
     return True, ""
 
 
+def proves_in_place(current: dict | None, run_id: str, plan: dict) -> bool:
+    """serve.json is this run's, still served, and its configuration is the plan itself (not a rollback
+    from it): a healthy server running serve.json's command is that configuration, so a proof that did
+    not verify (or one under another serve_on_regression) is taken again on it, with nothing relaunched."""
+    return bool(current) and current.get("run_id") == run_id and current.get("state", SERVED) == SERVED \
+        and not current.get("rolled_back_from") and same_configuration(current.get("plan"), plan)
+
+
 def retire(current: dict, why: str) -> dict:
     """serve.json of a configuration that no longer runs: its proof kept, ``state: retired``."""
     out = dict(current)

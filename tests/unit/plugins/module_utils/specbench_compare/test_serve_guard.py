@@ -45,6 +45,19 @@ def test_a_verified_rollback_of_this_plan_is_up_to_date():
     assert not cmp.up_to_date({**rolled, "verified": False}, "r1", PLAN, "rollback")[0]
 
 
+def test_a_failed_proof_of_this_plan_is_proved_again_in_place_and_nothing_else_is():
+    failed = served_doc(verified=False, text="not verified: clearly slower at C=16")
+    assert cmp.proves_in_place(failed, "r1", PLAN)  # its server runs the plan: proved where it runs
+    assert cmp.proves_in_place(served_doc(on_regression="keep"), "r1", PLAN)  # proved under another setting
+    assert not cmp.proves_in_place(failed, "r2", PLAN)  # another run's record
+    assert not cmp.proves_in_place({}, "r1", PLAN)
+    assert not cmp.proves_in_place(served_doc(state="retired", retired_why="absent"), "r1", PLAN)
+    assert not cmp.proves_in_place(failed, "r1", {**PLAN, "adaptive_config": {"1": [1, 1, 2]}})  # another table
+    rolled = served_doc(plan={"mode": "eagle3", "engine": "emulator", "schedule": None, "adaptive_config": None},
+                        mode="eagle3", verified=False, rolled_back_from={"mode": PLAN["mode"], "plan": dict(PLAN)})
+    assert not cmp.proves_in_place(rolled, "r1", PLAN)  # a rollback runs, not the plan: launched again
+
+
 # ------------------------------------------------------------------ rollback to configurations
 def test_rollback_is_to_a_configuration_not_a_name():
     ngram_scheduled = {"mode": "ngram", "engine": "vllm", "schedule": [[1, 4, 3], [5, 32, 0]], "adaptive_config": None}

@@ -144,6 +144,16 @@ def test_a_crossing_between_30_and_70_at_one_percent_gets_the_whole_bracket_and_
     assert "add levels in between" in rec["text"]
 
 
+def test_an_unclear_level_inside_the_bracket_is_named_not_hidden_behind_add_levels():
+    # llama at C = 16, 32, 64 in a suite run: C=32 measured, its interval [1.02, 1.95] (unclear, family-wise).
+    cross = cmp.crossover(rows([(1.62, [1.42, 1.86]), (1.41, [0.98, 1.95]), (0.86, [0.83, 0.89])], [16, 32, 64]))
+    assert cross["status"] == "crosses" and cross["bracket"] == [16, 64]
+    rec = cmp.recommendation(cross, "eagle3", [16, 32, 64])
+    assert "Between them, at C=32, the data cannot tell" in rec["text"], rec["text"]
+    assert "Only the levels" not in rec["text"]  # C=32 was measured: "add levels in between" would hide it
+    assert rec["speculate_ranges"] == [[16, 17]]  # speculation stops just above the last clear level
+
+
 def test_refinement_stops_on_the_brackets_width_not_an_interpolated_one():
     wide = cmp.refine_plan(cmp.compare_pair(*_pair([1.5, 1.3, 0.8], [10, 30, 70]), "baseline", "eagle3"))
     assert not wide["done"] and wide["new"] == [46]
