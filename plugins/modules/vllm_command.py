@@ -80,6 +80,17 @@ options:
       - Empty means ask the installed vLLM now.
     type: dict
     default: {}
+  cache_dir:
+    description:
+      - A folder on the node where the parser read from its vLLM is kept, one file per interpreter and vLLM
+        install (the interpreter's real path, and the inode, size and modification time of vLLM's
+        C(__init__.py): an upgrade or reinstall makes a new entry). A later run with the same vLLM reads it
+        instead of importing vLLM again (seconds, a minute on a busy node); hosts probing at once wait for
+        the first. Read only when it is this user's regular file. Unset, or a folder that cannot be
+        written, probes every run.
+      - A parser from the cache does not parse the command itself (as for a second command in one run):
+        the flags and the speculative method are still held to it.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -159,13 +170,19 @@ parser:
       C(vllm.entrypoints.openai.cli_args)) and its server (C(entry_module))."
   returned: success
   type: dict
+parser_cache:
+  description: >-
+    Where the parser came from when this task asked vLLM: C(hit) (I(cache_dir)), C(stored) (probed, then kept),
+    C(off) (no I(cache_dir)) or why nothing was kept; null when it reused I(parser) or checked nothing.
+  returned: success
+  type: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.engines.common import CommandError, FlagError
 from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.command import render
-from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.flags import check, probe, use_entry
+from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.flags import cached_probe, check, use_entry
 
 
 def main():
@@ -184,6 +201,7 @@ def main():
             "check_flags": {"type": "bool", "default": True},
             "timeout": {"type": "int", "default": 300},
             "parser": {"type": "dict", "default": {}},
+            "cache_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -192,18 +210,18 @@ def main():
         out = render(p)
     except CommandError as exc:
         module.fail_json(msg=str(exc))
-    out.update(version=None, checked=False, parser={})
+    out.update(version=None, checked=False, parser={}, parser_cache=None)
     if p["check_flags"]:
         info = p["parser"]
         if not info.get("options"):
             try:
-                info = probe(p["python"], out["args"], timeout=p["timeout"])
+                info = cached_probe(p["python"], out["args"], timeout=p["timeout"], cache_dir=p["cache_dir"])
             except FlagError as exc:
                 module.fail_json(msg=str(exc), **out)
         problems = check(out["args"], info, out["origins"], out["speculative_config"], f"on this node ({p['python']})")
         out = use_entry(out, info)
         parser = {k: info.get(k) for k in ("version", "options", "methods", "parser_module", "entry_module")}
-        out.update(version=info.get("version"), checked=True, parser=parser)
+        out.update(version=info.get("version"), checked=True, parser=parser, parser_cache=info.get("cache"))
         if problems:
             module.fail_json(msg=" ".join(problems), problems=problems, **out)
     module.exit_json(changed=False, **out)

@@ -24,7 +24,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def models():
+def models(tmp_path_factory):
+    vllmkit.PARSER_CACHE = tmp_path_factory.mktemp("vllm-parser-cache")
     return vllmkit.make_models()
 
 

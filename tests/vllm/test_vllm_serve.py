@@ -99,6 +99,8 @@ def test_serving_again_is_idempotent_only_after_a_verified_proof(served):
     assert again.rc == 0, again.stdout[-6000:]
     status = again.task("Read the service this node runs now")
     assert status["running"] and status["healthy"] and status["same"], status
+    # The parser the compare run read from this vLLM is read back, not probed again (one install, one probe).
+    assert again.task("Check every flag and the speculative method")["parser_cache"] == "hit"
     first = runs["serve"].task("Hold against the run and write serve.json")["doc"]
     if first["verified"]:
         assert again.changed() == [], again.changed()

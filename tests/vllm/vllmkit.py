@@ -22,6 +22,9 @@ from specbench_testkit import free_port, inventory, local_host, run_playbook, ut
 ROOT = kit.ROOT
 VENV_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 MODELS = ROOT / "tests" / ".tmp" / "vllm-models"
+# The session's cache of the parser read from .venv-vllm (vllm_server_flag_cache_dir), shared by every run
+# here (set by conftest's models fixture): vLLM is imported for its parser once a session, not once a run.
+PARSER_CACHE: Path | None = None
 MAKE_MODELS = Path(__file__).resolve().parent / "make_models.py"
 SCRAPE_METRICS = Path(__file__).resolve().parent / "scrape_metrics.py"
 
@@ -99,6 +102,8 @@ def node_vars(tmp: Path, port: int, **extra) -> dict:
         "vllm_server_max_num_batched_tokens": 2048,
         "vllm_server_ready_timeout": 300,
     }
+    if PARSER_CACHE is not None:
+        hostvars["vllm_server_flag_cache_dir"] = str(PARSER_CACHE)
     hostvars.update(extra)
     return inventory({"localhost": local_host(**hostvars)})
 

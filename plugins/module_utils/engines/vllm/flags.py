@@ -10,7 +10,12 @@ harness and its runner are the shared ones (engines/common.py).
 from __future__ import annotations
 
 import difflib
+import errno
+import fcntl
+import hashlib
+import json
 import os
+import stat
 
 from ansible_collections.specbench.core.plugins.module_utils.engines.common import (
     PARSE_ARGV,
@@ -21,7 +26,7 @@ from ansible_collections.specbench.core.plugins.module_utils.engines.common impo
 )
 from ansible_collections.specbench.core.plugins.module_utils.engines.vllm.command import KNOWN_METHODS, VLLM_ENTRY
 
-__all__ = ["FlagError", "check", "probe", "use_entry"]
+__all__ = ["FlagError", "cached_probe", "check", "probe", "use_entry"]
 
 # Where vLLM releases keep make_arg_parser, newest first: 0.32 moved it to
 # vllm/entrypoints/launchers/cli_args.py; earlier releases have vllm/entrypoints/openai/cli_args.py.
@@ -102,6 +107,92 @@ def probe(python: str, args: list[str], timeout: float = 300) -> dict:
                             "(raise vllm_server_flag_check_timeout).") from None
         raise FlagError(f"{python} cannot build vLLM's argument parser (is vLLM installed for this interpreter? "
                         f"set vllm_server_python): exit {exc.returncode}\n{exc.tail}") from None
+
+
+# What a parser read from the node's vLLM is kept under: the interpreter and vLLM's package as installed
+# (its __init__.py's inode, size and mtime: an upgrade or reinstall writes a new file). Found without
+# importing vLLM (tenths of a second, where the probe imports it: seconds, a minute on a busy node).
+IDENTITY_MARKER = "SPECBENCH-VLLM-ID "
+IDENTITY = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("vllm")
+origin = spec.origin if spec is not None else None
+st = os.stat(origin) if origin else None
+print("SPECBENCH-VLLM-ID " + json.dumps({"python": os.path.realpath(sys.executable), "origin": origin,
+                                          "file": [st.st_ino, st.st_size, st.st_mtime_ns] if st else None}))
+"""
+# What the cache keeps of a probe: the parser, not the parse of one command (parse_error).
+CACHED_KEYS = ("version", "options", "methods", "parser_module", "entry_module")
+
+
+def cached_probe(python: str, args: list[str], timeout: float = 300, cache_dir: str | None = None) -> dict:
+    """``probe``, its parser kept in ``cache_dir`` for the next run on this node with the same vLLM.
+
+    One file per interpreter and vLLM install (``vllm-parser-<key>.json``), written under a lock, so
+    that hosts probing at once wait for the first and read what it found. A file is read only when it
+    is this user's regular file; a folder that cannot be written leaves the probe uncached. A parser
+    read from the cache does not parse ``args`` (as a second command in one run: ``check`` holds its
+    flags and speculative method to the parser); ``info["cache"]`` says ``hit``, ``stored`` or why
+    nothing was kept."""
+    if not cache_dir:
+        return dict(probe(python, args, timeout), cache="off")
+    try:
+        ident = run_probe(python, IDENTITY, IDENTITY_MARKER, [], min(timeout, 60))
+    except ProbeError:
+        return dict(probe(python, args, timeout), cache="no vLLM package found")
+    if not ident.get("origin"):
+        return dict(probe(python, args, timeout), cache="no vLLM package found")
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:24]
+    path = os.path.join(cache_dir, f"vllm-parser-{key}.json")
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        lock = os.open(path + ".lock", os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        return dict(probe(python, args, timeout), cache=f"{cache_dir} cannot be written ({exc.strerror})")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another host probing this vLLM: its answer, once it has one
+        kept = read_own(path)
+        if kept is not None:
+            return dict(kept, cache="hit")
+        info = probe(python, args, timeout)
+        write_own(path, {k: info.get(k) for k in CACHED_KEYS})
+        return dict(info, cache="stored")
+    finally:
+        os.close(lock)
+
+
+def read_own(path: str) -> dict | None:
+    """The JSON in ``path`` when it is this user's regular file holding a parser, else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        with os.fdopen(os.dup(fd), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    return data if isinstance(data, dict) and data.get("options") else None
+
+
+def write_own(path: str, data: dict) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EROFS, errno.ENOSPC, errno.EPERM):
+            raise
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def use_entry(out: dict, info: dict) -> dict:

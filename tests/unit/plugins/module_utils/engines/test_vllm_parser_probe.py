@@ -67,3 +67,35 @@ def test_no_parser_anywhere_names_the_cause(tmp_path, monkeypatch):
         assert "vllm.entrypoints.openai.cli_args" in str(exc)
     else:
         raise AssertionError("a vLLM without make_arg_parser was accepted")
+
+
+def test_the_parser_is_kept_per_vllm_install_and_read_back_without_importing_vllm(tmp_path, monkeypatch):
+    fake_vllm(tmp_path / "pkg", launchers=True)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "pkg") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cache = tmp_path / "cache"
+    args = ["--model", "m", "--port", "8000"]
+    first = vllm_flags.cached_probe(sys.executable, args, timeout=60, cache_dir=str(cache))
+    assert first["cache"] == "stored" and first["parse_error"] is None
+    [kept] = cache.glob("vllm-parser-*.json")
+    # The second run reads the file: the parser module made unimportable proves vLLM was not imported again.
+    (tmp_path / "pkg/vllm/entrypoints/launchers/cli_args.py").write_text("raise SystemExit('imported')\n")
+    os.utime(tmp_path / "pkg/vllm/entrypoints/launchers/cli_args.py")
+    again = vllm_flags.cached_probe(sys.executable, args, timeout=60, cache_dir=str(cache))
+    assert again["cache"] == "hit" and again["options"] == first["options"] and "parse_error" not in again
+    # A reinstall (vLLM's __init__.py written again) is another install: probed again, here failing as it must.
+    init = tmp_path / "pkg/vllm/__init__.py"
+    init.unlink()
+    init.write_text("__version__ = '0.0-fake2'\n")
+    try:
+        vllm_flags.cached_probe(sys.executable, args, timeout=60, cache_dir=str(cache))
+    except vllm_flags.FlagError as exc:
+        assert "imported" in str(exc)
+    else:
+        raise AssertionError("a new install must be probed, not read from the cache")
+    # A cache file that is not this user's regular file is never read; one that cannot be written is no cache.
+    kept.unlink()
+    kept.symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text('{"options": ["--everything"]}')
+    assert vllm_flags.read_own(str(kept)) is None  # the trust rule itself
+    (tmp_path / "pkg/vllm/entrypoints/launchers/cli_args.py").write_text(PARSER)
+    assert vllm_flags.cached_probe(sys.executable, args, timeout=60, cache_dir=None)["cache"] == "off"
