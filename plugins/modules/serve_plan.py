@@ -61,6 +61,12 @@ options:
     description: The command about to be launched (C(<launch role>_command.argv)); its identity flags are checked when given.
     type: list
     elements: str
+  version:
+    description:
+      - The engine version installed on the node now (SGLang's or the emulator's from C(sglang_preflight), vLLM's
+        from C(vllm_command)); refused when the run measured the mode to serve on another version. Empty skips the
+        check (the node's version was not read).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -153,6 +159,7 @@ def main():
             "serve_mode": {"type": "str"},
             "settings": {"type": "dict"},
             "argv": {"type": "list", "elements": "str"},
+            "version": {"type": "str"},
             "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
         },
         supports_check_mode=True,
@@ -203,6 +210,10 @@ def main():
                                  + "; ".join(problems) + ". Serve with the run's model and speculative settings "
                                  "(the same inventory and -e values as compare.yml), or measure these with compare.yml."
                                  + hint)
+    if p["version"]:
+        problem = cmp.version_difference(p["version"], results, plan["mode"], p["engine"])
+        if problem:
+            module.fail_json(msg=f"{plan['mode']} would serve something other than what the run measured: {problem}.")
     current = {}
     if os.path.isfile(os.path.join(host_dir, "serve.json")):
         try:

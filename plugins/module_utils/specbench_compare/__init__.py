@@ -70,6 +70,7 @@ from .serve_guard import (
     run_time_scale,
     same_configuration,
     up_to_date,
+    version_difference,
 )
 from .serve_proof import (
     ON_REGRESSION,
@@ -114,7 +115,7 @@ __all__ = [
     "RETIRED", "SERVED", "WORKLOAD_KEYS", "identity_differences", "incomplete_problems", "measured_mode",
     "proof_workload", "retire",
     "retire_others",
-    "rollback_plan", "run_time_scale", "same_configuration", "up_to_date", "proves_in_place",
+    "rollback_plan", "run_time_scale", "same_configuration", "up_to_date", "proves_in_place", "version_difference",
     "ON_REGRESSION", "best_static", "ignored_schedule", "proof_rows", "proof_verdict",
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",

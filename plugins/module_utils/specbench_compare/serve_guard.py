@@ -146,6 +146,19 @@ def identity_differences(launched_argv: list, results: dict, plan_mode: str, eng
     return problems
 
 
+def version_difference(now: str, results: dict, plan_mode: str, engine: str) -> str:
+    """Why the engine version on the node now is not the one the run measured ``plan_mode`` on (the
+    configuration it measured: ``measured_mode``), or '' when they agree or the run recorded none. The
+    versions are compared as recorded (the emulator's carries its mark: 0.5.23+specbench-emulator)."""
+    mode = measured_mode(plan_mode, results)
+    then = str(((results.get(mode) or {}).get("server") or {}).get("version") or "")
+    if not then or then == "unknown" or not now or str(now) == then:
+        return ""
+    name = {"vllm": "vLLM", "emulator": "the emulator"}.get(engine, "SGLang")
+    return (f"{name} is {now} on this node now, {then} when the run measured {mode}. A new version can change what "
+            f"speculation pays: measure it again with compare.yml on {now} and serve that run, or install {then}")
+
+
 def run_time_scale(results: dict) -> float | None:
     """The emulator time scale the run's servers ran at (``--emulator-time-scale`` of their commands),
     None where none was given (a real engine, or the emulator's default)."""

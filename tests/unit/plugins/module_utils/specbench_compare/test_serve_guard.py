@@ -98,6 +98,19 @@ def test_the_launched_command_is_held_to_the_measured_one_flag_by_flag():
     assert cmp.identity_differences(SG, {}, "eagle3", "sglang") == []  # nothing recorded: nothing to hold it to
 
 
+def test_the_engine_version_on_the_node_is_held_to_the_one_the_run_measured():
+    results = {"eagle3": {"server": {"version": "0.5.23"}}, "baseline": {"server": {"version": "0.5.23"}}}
+    assert cmp.version_difference("0.5.23", results, "eagle3-adaptive", "sglang") == ""
+    why = cmp.version_difference("0.5.24", results, "eagle3-adaptive", "sglang")  # the table from eagle3's run
+    assert why.startswith("SGLang is 0.5.24 on this node now, 0.5.23 when the run measured eagle3"), why
+    assert "compare.yml on 0.5.24" in why and "install 0.5.23" in why
+    vllm = {"ngram": {"server": {"version": "0.32.0"}}}
+    assert "vLLM is 0.33.0 on this node now, 0.32.0" in cmp.version_difference("0.33.0", vllm, "ngram", "vllm")
+    # Nothing recorded (or unknown): nothing to hold it to.
+    assert cmp.version_difference("0.5.24", {"eagle3": {"server": {}}}, "eagle3", "sglang") == ""
+    assert cmp.version_difference("0.5.24", {"eagle3": {"server": {"version": "unknown"}}}, "eagle3", "sglang") == ""
+
+
 def test_a_setting_the_run_left_to_the_server_is_held_to_what_the_server_resolved():
     auto = SG[:9]  # eagle3 with steps, top-k and draft tokens left to SGLang
     info = {"speculative_num_steps": 3, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4}
