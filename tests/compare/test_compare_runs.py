@@ -7,9 +7,10 @@ Two runs, each shared by the tests below it:
   the emulator's default profile (the seeds' Kimi-K2.5 node, crossover near C=1.3), one on the
   second profile (Llama-3.1-8B on an H100, crossover near C=50). Each host's crossover must match
   the emulator's analytic model within one level.
-* ``fault_run``: a fleet where every host has its own fault: eagle3 fails to start (its draft
-  does not fit the shared memory fraction), the server crashes mid-sweep, the teardown cannot
-  clean (a GPU holder it must not kill), and a host that cannot be reached.
+* ``fault_run`` (started beside the accuracy run: it mostly waits): a fleet where every host has
+  its own fault: eagle3 fails to start (its draft does not fit the shared memory fraction), the
+  server crashes mid-sweep, the teardown cannot clean (a GPU holder it must not kill), and a host
+  that cannot be reached.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import compare_kit
 import pytest
 from compare_kit import KIMI, KIMI_LEVELS, LLAMA, LLAMA_LEVELS, RUN_TIMEOUT_S, node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
-from specbench_testkit import free_port, inventory, kill_node_servers, shared_run
+from specbench_testkit import free_port, inventory, kill_node_servers, shared_run, start_shared_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -47,6 +48,9 @@ def within_one_level(found: dict, truth: float, levels: list[int]) -> bool:
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def accuracy_run(tmp_path_factory):
+    # The fault fleet (below) mostly waits (1-s windows, a crash, a teardown that cannot clean, an
+    # unreachable host): it runs beside the accuracy run, and fault_run reads it when it is done.
+    start_shared_run(tmp_path_factory, "compare-faults", build_faults)
     return compare_kit.accuracy_run(tmp_path_factory)
 
 
@@ -185,40 +189,41 @@ def test_the_server_settings_were_identical_in_both_modes(accuracy_run):
 FAULT_HOSTS = ("faulty", "dirty", "unreachable")
 
 
+def build_faults(tmp: Path):
+    nodes = {h: tmp / f"node-{h}" for h in FAULT_HOSTS if h != "unreachable"}
+    quick = {"bench_warmup_s": 0.5, "bench_window_s": 1, "gpu_clean_timeout_s": 5}
+    hosts = {
+        # Three modes. eagle3's draft head needs 1200 MiB more per GPU than the shared 0.74 fraction
+        # leaves, so it cannot start; ngram (no draft model) starts and dies once 18 generation
+        # requests arrived: the 8 output-match prompts sent before the sweep
+        # (compare_output_match_prompts), then about 6 in the first level, so during its second level
+        # (no second measurement of a level the machine did not keep up with: it would move the crash).
+        "faulty": node_vars(nodes["faulty"], free_port(), compare_modes=["baseline", "eagle3", "ngram"],
+                            sglang_server_mem_fraction_static=0.74, bench_concurrency=[1, 4],
+                            bench_saturated_retries=0,
+                            sglang_server_mode_extra_args={"ngram": ["--emulator-crash-after", "18"]}, **quick),
+        # The server's processes are on the never-kill list (as if another tenant's job held the GPUs):
+        # the teardown after baseline cannot clean, so eagle3 must never launch.
+        "dirty": node_vars(nodes["dirty"], free_port(), bench_concurrency=[1],
+                           gpu_never_kill=["nvidia-persistenced", "python3", "python", "sglang::schedul"],
+                           **{**quick, "gpu_clean_timeout_s": 1}),
+        # Nothing listens on this loopback port: SSH cannot connect.
+        "unreachable": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port(),
+                        "ansible_user": "nobody", "ansible_ssh_common_args": "-o ConnectTimeout=3",
+                        "engine": "emulator", "specbench_node_dir": str(tmp / "node-unreachable")},
+    }
+    try:
+        return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), timeout=RUN_TIMEOUT_S,
+                            extravars={"results_dir": str(tmp / "results"), "run_id": "faults",
+                                       "compare_plots": False})
+    finally:
+        for node in nodes.values():
+            kill_node_servers(node)
+
+
 @pytest.fixture(scope="module")
 def fault_run(tmp_path_factory):
-    def build(tmp: Path):
-        nodes = {h: tmp / f"node-{h}" for h in FAULT_HOSTS if h != "unreachable"}
-        quick = {"bench_warmup_s": 0.5, "bench_window_s": 1, "gpu_clean_timeout_s": 5}
-        hosts = {
-            # Three modes. eagle3's draft head needs 1200 MiB more per GPU than the shared 0.74 fraction
-            # leaves, so it cannot start; ngram (no draft model) starts and dies once 18 generation
-            # requests arrived: the 8 output-match prompts sent before the sweep
-            # (compare_output_match_prompts), then about 6 in the first level, so during its second level
-            # (no second measurement of a level the machine did not keep up with: it would move the crash).
-            "faulty": node_vars(nodes["faulty"], free_port(), compare_modes=["baseline", "eagle3", "ngram"],
-                                sglang_server_mem_fraction_static=0.74, bench_concurrency=[1, 4],
-                                bench_saturated_retries=0,
-                                sglang_server_mode_extra_args={"ngram": ["--emulator-crash-after", "18"]}, **quick),
-            # The server's processes are on the never-kill list (as if another tenant's job held the GPUs):
-            # the teardown after baseline cannot clean, so eagle3 must never launch.
-            "dirty": node_vars(nodes["dirty"], free_port(), bench_concurrency=[1],
-                               gpu_never_kill=["nvidia-persistenced", "python3", "python", "sglang::schedul"],
-                               **{**quick, "gpu_clean_timeout_s": 1}),
-            # Nothing listens on this loopback port: SSH cannot connect.
-            "unreachable": {"ansible_connection": "ssh", "ansible_host": "127.0.0.1", "ansible_port": free_port(),
-                            "ansible_user": "nobody", "ansible_ssh_common_args": "-o ConnectTimeout=3",
-                            "engine": "emulator", "specbench_node_dir": str(tmp / "node-unreachable")},
-        }
-        try:
-            return run_playbook(tmp, "playbooks/compare.yml", inventory(hosts), timeout=RUN_TIMEOUT_S,
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "faults",
-                                           "compare_plots": False})
-        finally:
-            for node in nodes.values():
-                kill_node_servers(node)
-
-    run, tmp = shared_run(tmp_path_factory, "compare-faults", build)
+    run, tmp = shared_run(tmp_path_factory, "compare-faults", build_faults)  # started beside the accuracy run
     return run, tmp / "results" / "faults"
 
 
