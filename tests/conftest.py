@@ -57,12 +57,12 @@ def emulator(tmp_path):
         emu.stop()
 
 
-# Scheduling under ``pytest -n 2 --dist loadfile`` (tests/run): each file goes whole to one
+# Scheduling under ``pytest -n 3 --dist loadfile`` (tests/run): each file goes whole to one
 # worker (a module's fixtures start once), except that all of tests/vllm is one unit, so the
 # session-scoped pool of vLLM runs (tests/vllm/conftest.py) starts each server once for every
 # file there. That unit is the longest (real servers starting on a busy CPU), so it is queued
 # first (tests/run passes --no-loadscope-reorder: units go out in collection order) and the other
-# worker takes the rest meanwhile. A unit that needs an engine's venv (UNIT_VENVS) which .ci/run is
+# workers take the rest meanwhile. A unit that needs an engine's venv (UNIT_VENVS) which .ci/run is
 # still building beside the tests waits in the queue, and a free worker takes the next unit instead:
 # a worker that took tests/vllm first sat 220-270 s waiting for .venv-vllm while the other
 # worker and the builds left the CPUs idle a fifth of that time. A waiting unit goes out as soon as

@@ -82,14 +82,14 @@ options:
     default: {}
   cache_dir:
     description:
-      - A folder on the node where the parser read from its vLLM is kept, one file per interpreter and vLLM
+      - "A folder on the node where the parser read from its vLLM is kept, one file per interpreter and vLLM
         install (the interpreter's real path, and the inode, size and modification time of vLLM's
-        C(__init__.py): an upgrade or reinstall makes a new entry). A later run with the same vLLM reads it
+        C(__init__.py); an upgrade or reinstall makes a new entry). A later run with the same vLLM reads it
         instead of importing vLLM again (seconds, a minute on a busy node); hosts probing at once wait for
         the first. Read only when it is this user's regular file. Unset, or a folder that cannot be
-        written, probes every run.
-      - A parser from the cache does not parse the command itself (as for a second command in one run):
-        the flags and the speculative method are still held to it.
+        written, probes every run."
+      - "A parser from the cache does not parse the command itself (as for a second command in one run);
+        the flags and the speculative method are still held to it."
     type: path
 attributes:
   check_mode:
