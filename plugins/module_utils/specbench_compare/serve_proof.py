@@ -96,6 +96,8 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             # the drafts the server counted over the window (None: the engine counts none).
             "plan_speculates": speculates,
             "drafts_counted": drafts,
+            # The output tokens the served sweep counted over the same window (drafts per token: offs_drafting).
+            "window_tokens": _window_tokens(mine.get(conc)),
             **_window_accept(mine.get(conc), speculates),
             "why": (level_failure(mine.get(conc)) or "; ".join(level_saturation(mine.get(conc)))
                     or ("not measured by the served sweep" if conc not in mine else None)
@@ -143,11 +145,53 @@ def _drafts(level: dict | None):
     return None
 
 
+def _window_tokens(level: dict | None) -> float | None:
+    """Output tokens over the level's window, as the client counted them (its wall-clock rate times the
+    window's length); None where the level has neither."""
+    if not level or not level.get("window_s"):
+        return None
+    rate = level.get("wall_clock_output_tok_per_s", level.get("output_tok_per_s"))
+    return round(rate * level["window_s"], 1) if isinstance(rate, (int, float)) and rate > 0 else None
+
+
+def _drafts_per_token(row: dict) -> float | None:
+    if row.get("drafts_counted") is None or not row.get("window_tokens"):
+        return None
+    return row["drafts_counted"] / row["window_tokens"]
+
+
+# A level where the plan says off is judged "drafting" when its drafts per output token reach this
+# share of the rate where the plan speculates: the two outcomes to tell apart are about 0 (the
+# schedule honoured: drafts only while the running batch dips into the speculating range at the
+# window's edges) and about 1 (the schedule ignored: drafts at the speculating rate); half is the
+# boundary between them.
+OFF_DRAFTING_SHARE = 0.5
+
+
+def offs_drafting(rows: list[dict]) -> list[int]:
+    """Levels where the plan says off but the server drafted over the window about as often per output
+    token as where the plan speculates (OFF_DRAFTING_SHARE of their median): the schedule is ignored
+    there. Not judged without counters, without a level that speculates and drafted, or where the plan
+    is not judged (plan_speculates None)."""
+    on = sorted(x for x in (_drafts_per_token(r) for r in rows if r.get("plan_speculates")) if x)
+    if not on:
+        return []
+    median = on[len(on) // 2] if len(on) % 2 else (on[len(on) // 2 - 1] + on[len(on) // 2]) / 2
+    out = []
+    for row in rows:
+        rate = _drafts_per_token(row) if row.get("plan_speculates") is False else None
+        if rate is not None and rate >= OFF_DRAFTING_SHARE * median:
+            out.append(row["concurrency"])
+    return out
+
+
 def ignored_schedule(rows: list[dict]) -> list[int]:
-    """Levels where the plan speculates but the server counted no draft at all over the window: the
-    configuration ignores its schedule there (vLLM's model runner v2 ignores the per-batch k,
-    vllm#51510). A level without counters is not judged."""
-    return [r["concurrency"] for r in rows if r.get("plan_speculates") and r.get("drafts_counted") == 0]
+    """Levels where the configuration ignores its schedule: the plan speculates but the server counted
+    no draft at all over the window (vLLM's model runner v2 ignores the per-batch k, vllm#51510), or
+    the plan says off but the server drafted at the speculating rate there (``offs_drafting``). A level
+    without counters is not judged."""
+    silent = [r["concurrency"] for r in rows if r.get("plan_speculates") and r.get("drafts_counted") == 0]
+    return sorted(set(silent) | set(offs_drafting(rows)))
 
 
 def proof_verdict(rows: list[dict]) -> dict:
@@ -167,9 +211,14 @@ def proof_verdict(rows: list[dict]) -> dict:
             parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}")
         if unclear:
             parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: bench_window_s, bench_warmup_s)")
-        if ignored:
-            parts.append(f"ignores its schedule: no draft counted at C={', '.join(map(str, ignored))}, where the plan "
+        drafting = offs_drafting(rows)
+        silent = [c for c in ignored if c not in drafting]
+        if silent:
+            parts.append(f"ignores its schedule: no draft counted at C={', '.join(map(str, silent))}, where the plan "
                          "speculates")
+        if drafting:
+            parts.append(f"ignores its schedule: drafts counted at C={', '.join(map(str, drafting))}, where the plan "
+                         "says off, at the rate per token where it speculates")
         text = "not verified: " + "; ".join(parts)
     return {"verified": verified, "worse": worse, "unclear": unclear, "ignored": ignored, "text": text}
 

@@ -222,3 +222,31 @@ def test_a_configuration_that_drafts_nowhere_its_plan_speculates_fails_by_name()
     assert cmp.proof_verdict(rows)["ignored"] == [] and cmp.regression_action(rows, "rollback") is None
     rows = cmp.proof_rows(served(None, None), results, 0.1, references=refs)  # no counters: not judged
     assert cmp.proof_verdict(rows)["ignored"] == []
+
+
+def test_a_configuration_that_drafts_where_its_plan_says_off_fails_by_name():
+    results = {"baseline": result("baseline", [level(1, 50.0), level(4, 120.0), level(16, 200.0)]),
+               "ngram": result("ngram", [level(1, 80.0), level(4, 150.0), level(16, 190.0)])}
+
+    def served(drafts):  # drafts over a 10-s window at C = 1, 4, 16
+        levels = []
+        for conc, tok_s, count in zip((1, 4, 16), (80.0, 150.0, 200.0), drafts, strict=True):
+            lv = level(conc, tok_s)
+            lv.update(window_s=10.0, wall_clock_output_tok_per_s=tok_s, server_spec_drafts=count)
+            levels.append(lv)
+        return result("ngram", levels)
+
+    refs = {1: "ngram", 4: "ngram", 16: "baseline"}  # schedule [[1, 4, 3], [5, 32, 0]]
+    # Honoured: 0.4 drafts per token where it speculates; at C=16 a few while the batch dipped at an edge.
+    rows = cmp.proof_rows(served([320.0, 600.0, 40.0]), results, 0.1, references=refs)
+    assert rows[2]["window_tokens"] == 2000.0 and cmp.offs_drafting(rows) == []
+    assert cmp.proof_verdict(rows)["ignored"] == []
+    # Ignored: C=16 drafts at the speculating rate (0.4 per token), where the plan says off.
+    rows = cmp.proof_rows(served([320.0, 600.0, 800.0]), results, 0.1, references=refs)
+    verdict = cmp.proof_verdict(rows)
+    assert cmp.offs_drafting(rows) == [16] and verdict["ignored"] == [16] and not verdict["verified"]
+    assert "drafts counted at C=16, where the plan says off" in verdict["text"], verdict["text"]
+    assert cmp.regression_action(rows, "keep") == "keep"
+    # No level that speculates drafted (nothing to hold C=16's rate to): only the silent levels are named.
+    rows = cmp.proof_rows(served([0.0, 0.0, 800.0]), results, 0.1, references=refs)
+    assert cmp.offs_drafting(rows) == [] and cmp.proof_verdict(rows)["ignored"] == [1, 4]
