@@ -15,6 +15,9 @@ own results folder, all in one module-scoped fixture, in the order an infra team
 4. the same again: a failed proof is never up to date: proved again on the server that runs it
    (nothing relaunched), failing again with the same reason (and, were the proof verified,
    nothing would change);
+   then the same once more with another build of the engine on the node (the emulator's reported
+   version 0.5.23+specbench-emulator.1): refused in the preflight naming both versions, nothing
+   touched, the service still running;
 5. serve.yml -e serve_mode=baseline with a launch that cannot become ready (the emulator loading
    for 60 s, 3 s allowed): the play fails naming both, and the configuration that ran before is
    restored exactly as it ran and answers /health (never nothing serving);
@@ -71,7 +74,8 @@ def served(tmp_path_factory):
             fail = {"serve_mode": "eagle3", "serve_on_regression": "fail"}
             nostart = {"serve_mode": "baseline", "sglang_server_emulator_load_seconds": 60,
                        "sglang_server_ready_timeout": 3}
-            for name, more in (("refused", {}), ("serve", fail), ("again", fail), ("nostart", nostart),
+            emulator_init = node / "sglang_emulator" / "__init__.py"
+            for name, more in (("refused", {}), ("serve", fail), ("again", fail), ("newer", fail), ("nostart", nostart),
                                ("rollback", {"serve_mode": "baseline"}), ("absent", {"serve_state": "absent"})):
                 # What the run before left, for the tests (the next run rewrites it).
                 for src, dest in ((tmp / f"results/{RUN_ID}/llama/serve.json", tmp / f"before-{name}-serve.json"),
@@ -84,9 +88,14 @@ def served(tmp_path_factory):
                 given = ({"results_dir": extra["results_dir"], "run_id": "",
                           "specbench_compare": compare.artifact_stats()["specbench_compare"]}
                          if name == "refused" else extra)
+                shipped = emulator_init.read_text() if name == "newer" else None
+                if shipped is not None:  # another build of the node's engine since the run (same public version)
+                    emulator_init.write_text(shipped.replace('"0.5.23+specbench-emulator"', '"0.5.23+specbench-emulator.1"'))
                 runs[name] = run_playbook(tmp / name, "playbooks/serve.yml", inventory(hosts),
                                           extravars={**given, **more}, timeout=300)
                 runs[name].save(tmp / f"{name}.json")
+                if shipped is not None:
+                    emulator_init.write_text(shipped)
                 if name == "rollback":  # a bench on the served node, as another job template would start it
                     runs["bench"] = run_playbook(tmp / "bench", "playbooks/bench.yml", inventory(hosts),
                                                  extravars={**extra, "run_id": "srv-bench", "mode": "baseline"},
@@ -97,7 +106,7 @@ def served(tmp_path_factory):
         return compare
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
-    names = ("refused", "serve", "again", "nostart", "rollback", "bench", "absent")
+    names = ("refused", "serve", "again", "newer", "nostart", "rollback", "bench", "absent")
     run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in names if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
@@ -156,6 +165,18 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
         assert (again.rc == 0) == (second["action"] is None), again.stdout[-6000:]
         if doc["worse"] and second["worse"]:
             assert "clearly slower than its reference" in again.stdout
+
+
+def test_an_engine_version_other_than_the_runs_is_refused_before_anything_is_touched(served):
+    run, tmp = served
+    newer = run.extra["newer"]
+    assert newer.rc != 0, newer.stdout[-6000:]
+    assert ("the emulator is 0.5.23+specbench-emulator.1 on this node now, 0.5.23+specbench-emulator when the run "
+            "measured eagle3") in newer.stdout, newer.stdout[-6000:]
+    assert newer.task_started("Launch SGLang or the emulator") == [] and not newer.task_started("wait for clean GPUs")
+    # The service the re-run proved still runs, untouched: the next run found the same record.
+    assert json.loads((tmp / "before-nostart-server.json").read_text()) == \
+        json.loads((tmp / "before-newer-server.json").read_text())
 
 
 def test_a_launch_that_fails_restores_the_previous_service(served):
