@@ -194,11 +194,11 @@ def main():
     except LockError as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, error="node_locked")
     already = holder.pop("already")
-    module.exit_json(
-        changed=False, holder=holder, already=already, waited_s=holder.get("waited_s", 0.0),
-        **served(p["served_record"]), msg=("this run holds the node lock already" if already else
-             f"node lock held by this run (waited {holder.get('waited_s', 0.0)}s; released when "
-             f"{holder['watching']['what']} ends)"))
+    msg = ("this run holds the node lock already" if already else
+           f"node lock held by this run (waited {holder.get('waited_s', 0.0)}s; released when "
+           f"{holder['watching']['what']} ends)")
+    module.exit_json(changed=False, holder=holder, already=already, waited_s=holder.get("waited_s", 0.0),
+                     **served(p["served_record"]), msg=msg)
 
 
 if __name__ == "__main__":
