@@ -28,6 +28,7 @@ found something at least as fast, and the proof says so.
 from __future__ import annotations
 
 import math
+import statistics
 
 from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
@@ -173,10 +174,10 @@ def offs_drafting(rows: list[dict]) -> list[int]:
     token as where the plan speculates (OFF_DRAFTING_SHARE of their median): the schedule is ignored
     there. Not judged without counters, without a level that speculates and drafted, or where the plan
     is not judged (plan_speculates None)."""
-    on = sorted(x for x in (_drafts_per_token(r) for r in rows if r.get("plan_speculates")) if x)
+    on = [x for x in (_drafts_per_token(r) for r in rows if r.get("plan_speculates")) if x]
     if not on:
         return []
-    median = on[len(on) // 2] if len(on) % 2 else (on[len(on) // 2 - 1] + on[len(on) // 2]) / 2
+    median = statistics.median(on)
     out = []
     for row in rows:
         rate = _drafts_per_token(row) if row.get("plan_speculates") is False else None
