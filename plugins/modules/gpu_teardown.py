@@ -119,12 +119,22 @@ options:
         time a member is only signalled while it matches I(kill_patterns) or holds a device node,
         so a stale record cannot hit a reused group.
     type: int
+  server_state_dir:
+    description:
+      - "The node's folder of launch records, one JSON file per launch (C(<port>.json): pid, pgid, sid,
+        starttime, boot_id, gpus), as the launch roles write them. Every record in it is read, each trusted
+        only as this user's regular file (opened without following links or blocking): besides I(server),
+        each launch it names (on the target GPUs, when I(devices) names some) is torn down too, so two
+        launches on one node never share, or overwrite, one record."
+      - "Each record is retired once the tree it names is proven gone, or when it is void (another boot's,
+        or its pid now another process's): rewritten with C(torn_down), so that a later run reads that it
+        names nothing. A record of a server outside I(devices) is left as it is."
+    type: path
   server_state_file:
     description:
-      - "The launch role's JSON record (pid, pgid, sid, starttime, boot_id), read when neither I(server) nor
-        I(server_pgid) is given. Retired once the tree it names is proven gone, or when it is void (another
-        boot's, or its pid now another process's): rewritten with C(torn_down), so that a later run reads
-        that it names nothing."
+      - "A single JSON launch record, read like those in I(server_state_dir): the one shared file
+        (C(state/server.json)) of releases before one record per launch, still read so that a server
+        an earlier release launched is torn down."
     type: path
   term_timeout_s:
     description: Seconds to wait after SIGTERM before SIGKILL.
@@ -184,7 +194,7 @@ seealso:
 EXAMPLES = r"""
 - name: Tear the server down and verify every GPU is clean
   specbench.core.gpu_teardown:
-    server_state_file: "{{ specbench_node_dir }}/state/server.json"
+    server_state_dir: "{{ specbench_node_dir }}/state/servers"
   register: teardown
 
 - name: A dedicated node, GPUs 0 and 1 only (the seeds' thoroughness on those)
@@ -294,7 +304,7 @@ after:
   returned: always
   type: dict
 recorded_pgid:
-  description: The server process group used in the first step, or null.
+  description: The first recorded server's process group (see I(recorded_servers) for every one), or null.
   returned: always
   type: int
 recorded_pgid_source:
@@ -302,15 +312,27 @@ recorded_pgid_source:
   returned: always
   type: str
 recorded_server:
-  description: The recorded server's pid, pgid, sid, starttime and boot_id (each null when unknown).
+  description: The first recorded server's pid, pgid, sid, starttime and boot_id (each null when unknown).
   returned: always
   type: dict
+recorded_servers:
+  description:
+    - Every launch the first step took down, each once (I(server), then each record file naming another
+      launch), with C(source) and C(record_files), the files that name it.
+  returned: always
+  type: list
+  elements: dict
 recorded_server_retired:
   description:
-    - The server state file was retired (rewritten with C(torn_down), when and why) because its tree is
-      proven gone or the record is void; a later run reads that it names nothing.
+    - A record file was retired (rewritten with C(torn_down), when and why) because its tree is proven
+      gone or the record is void; a later run reads that it names nothing.
   returned: always
   type: bool
+records_retired:
+  description: The record files retired by this run.
+  returned: always
+  type: list
+  elements: str
 log:
   description: One line per signal sent.
   returned: always
@@ -353,6 +375,7 @@ def main():
             "server": {"type": "dict"},
             "server_pgid": {"type": "int"},
             "server_state_file": {"type": "path"},
+            "server_state_dir": {"type": "path"},
             "term_timeout_s": {"type": "float", "default": 15},
             "kill_timeout_s": {"type": "float", "default": 10},
             "clean_timeout_s": {"type": "float", "default": 60},
@@ -379,6 +402,7 @@ def main():
             server_record=p["server"],
             server_pgid=p["server_pgid"],
             server_state_file=p["server_state_file"],
+            server_state_dir=p["server_state_dir"],
             term_timeout_s=p["term_timeout_s"],
             kill_timeout_s=p["kill_timeout_s"],
             clean_timeout_s=p["clean_timeout_s"],

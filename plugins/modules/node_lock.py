@@ -74,9 +74,10 @@ options:
     default: 86400
   served_record:
     description:
-      - The node's launch record (C(state/server.json)). When given, also says whether the server it names
-        still runs and is serve.yml's service (C(served)), read once the lock is held (in check mode, without
-        it), so that bench, compare and teardown refuse a served node before they touch anything.
+      - The node's folder of launch records (C(state/servers), one per launch; the single C(server.json) beside
+        it, of earlier releases, is read too). When given, also says whether the node's service runs and is
+        serve.yml's (C(served)), read once the lock is held (in check mode, without it), so that bench, compare
+        and teardown refuse a served node before they touch anything.
     type: path
 """
 
@@ -124,7 +125,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.specbench.core.plugins.module_utils.launch.process import read_state, recorded_alive
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import recorded_alive, served_record
 from ansible_collections.specbench.core.plugins.module_utils.node.lock import (
     LockError,
     acquire,
@@ -135,11 +136,12 @@ from ansible_collections.specbench.core.plugins.module_utils.node.lock import (
 )
 
 
-def served(path: str | None) -> dict:
-    """Whether the launch record at ``path`` names a server that still runs, and serve.yml's service."""
-    if not path:
+def served(state_dir: str | None) -> dict:
+    """Whether the node's launch records in ``state_dir`` name a server that still runs, and
+    serve.yml's service (launch/process.py, served_record)."""
+    if not state_dir:
         return {}
-    record = read_state(path) or {}
+    _path, record = served_record(state_dir)
     running = recorded_alive(record)
     return {"served": {"running": running, "service": running and bool(record.get("service")), "record": record}}
 

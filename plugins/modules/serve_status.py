@@ -9,7 +9,9 @@ module: serve_status
 short_description: Whether the server a node's launch record names still runs, answers, and runs a given command
 version_added: "0.1.0"
 description:
-  - Reads the launch record (C(state/server.json), written by M(specbench.core.sglang_launch)) and
+  - Reads the node's launch records (one per launch, C(state/servers/<port>.json), written by
+    M(specbench.core.sglang_launch)), picks the service the node runs (serve.yml's service that runs, else
+    any recorded server that runs, else the last service recorded), and
     says whether the recorded server runs (same pid and process start time; for a systemd unit, the
     unit active and its main pid the recorded one), whether its C(/health) answers 200, and whether
     its command is I(command). playbooks/serve.yml launches nothing when all three hold (and serve.json
@@ -22,10 +24,14 @@ author:
 extends_documentation_fragment:
   - specbench.core.attributes
 options:
-  state_path:
-    description: The launch record on the node.
+  state_dir:
+    description:
+      - The node's folder of launch records (C(state/servers)). The single C(server.json) beside it, the
+        record file of releases before one record per launch, is read too.
     type: path
-    required: true
+  state_path:
+    description: One launch record file, read alone (instead of I(state_dir)).
+    type: path
   command:
     description: The command expected to run (serve.json's C(launch_command)); empty matches nothing.
     type: list
@@ -44,12 +50,16 @@ attributes:
 EXAMPLES = r"""
 - name: Is the served configuration still up
   specbench.core.serve_status:
-    state_path: ~/.local/share/specbench/state/server.json
+    state_dir: ~/.local/share/specbench/state/servers
     command: "{{ serve_plan_result.current.launch_command | default([]) }}"
   register: status
 """
 
 RETURN = r"""
+record_path:
+  description: The launch record file read (null when the node has none).
+  returned: success
+  type: str
 running:
   description: The recorded server still runs.
   returned: success
@@ -92,6 +102,7 @@ from ansible_collections.specbench.core.plugins.module_utils.launch.process impo
     read_state,
     record_adaptive_file,
     recorded_alive,
+    served_record,
 )
 from ansible_collections.specbench.core.plugins.module_utils.launch.unit import systemd_scope
 
@@ -99,12 +110,21 @@ from ansible_collections.specbench.core.plugins.module_utils.launch.unit import 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "state_path": {"type": "path", "required": True},
+            "state_dir": {"type": "path"},
+            "state_path": {"type": "path"},
             "command": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
+        required_one_of=[("state_dir", "state_path")],
+        mutually_exclusive=[("state_dir", "state_path")],
     )
-    record = read_state(module.params["state_path"]) or {}
+    p = module.params
+    if p["state_path"]:
+        record_path, record = p["state_path"], read_state(p["state_path"]) or {}
+        state_folder = os.path.dirname(os.path.abspath(p["state_path"]))
+    else:
+        state_folder = os.path.dirname(os.path.abspath(p["state_dir"]))
+        record_path, record = served_record(p["state_dir"])
     running = recorded_alive(record)
     healthy = False
     if running and record.get("base_url"):
@@ -112,9 +132,9 @@ def main():
         healthy = status == 200
     same = bool(module.params["command"]) and record.get("command") == module.params["command"]
     scope = systemd_scope() if shutil.which("systemctl") else None
-    table = record_adaptive_file(record, os.path.dirname(os.path.abspath(module.params["state_path"])))
-    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record, systemd_scope=scope,
-                     adaptive_config_file=table)
+    table = record_adaptive_file(record, state_folder)
+    module.exit_json(changed=False, running=running, healthy=healthy, same=same, record=record, record_path=record_path,
+                     systemd_scope=scope, adaptive_config_file=table)
 
 
 if __name__ == "__main__":

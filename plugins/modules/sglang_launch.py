@@ -35,7 +35,9 @@ options:
     type: path
     required: true
   state_path:
-    description: JSON record of the launched server (pid, starttime, pgid, unit, command...).
+    description:
+      - JSON record of the launched server (pid, starttime, pgid, unit, command...), one per launch
+        (the launch roles use C(state/servers/<port>.json) in the node folder, which the teardown reads whole).
     type: path
     required: true
   host:
@@ -102,7 +104,7 @@ EXAMPLES = r"""
     argv: "{{ launch_command.argv }}"
     port: 30000
     log_path: ~/.local/share/specbench/logs/sglang-eagle3.log
-    state_path: ~/.local/share/specbench/state/server.json
+    state_path: ~/.local/share/specbench/state/servers/30000.json
     chdir: ~/.local/share/specbench/run
     record:
       mode: eagle3
@@ -153,6 +155,7 @@ already_running:
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -224,6 +227,7 @@ def main():
     record.update({"command": argv, "log_path": p["log_path"], "host": p["host"], "port": p["port"],
                    "service": p["service"],  # serve.yml's lasting service: the teardown names it (launch/unit.py)
                    "launched_by": "specbench.core.sglang_launch", "node_pid_namespace": _pid_ns(),
+                   "launched_at": round(time.time(), 3),  # the last launched, of a node's records (served_record)
                    # the teardown verifies the tree by session and boot (plugins/module_utils/teardown/record.py)
                    "sid": _sid(started.get("pid")), "boot_id": proc_table.boot_id(),
                    # the GPUs it may use (CUDA_VISIBLE_DEVICES; null: every GPU): a teardown with gpu_devices

@@ -65,7 +65,8 @@ def served(tmp_path_factory):
         # its own copy, never in the run test_compare_runs reads. The node is this module's own.
         shutil.copytree(compared / "llama", tmp / "results" / RUN_ID / "llama")
         # Slowed down (time scale 4, as the run's llama host) so two loaded cores keep up at C=64.
-        hosts = {"llama": node_vars(node, free_port(), LLAMA, 4.0, sglang_server_tp_size=1,
+        port = free_port()
+        hosts = {"llama": node_vars(node, port, LLAMA, 4.0, sglang_server_tp_size=1,
                                     bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
                                     bench_warmup_s=1.5, bench_window_s=3)}
         extra = {"results_dir": str(tmp / "results"), "run_id": RUN_ID}
@@ -80,7 +81,8 @@ def served(tmp_path_factory):
                 # What the run before left, for the tests (the next run rewrites it).
                 for src, dest in ((tmp / f"results/{RUN_ID}/llama/serve.json", tmp / f"before-{name}-serve.json"),
                                   (tmp / f"results/{RUN_ID}/llama/report.md", tmp / f"before-{name}-report.md"),
-                                  (node / "state/server.json", tmp / f"before-{name}-server.json")):
+                                  # the service's own record: one per launch, by port
+                                  (node / f"state/servers/{port}.json", tmp / f"before-{name}-server.json")):
                     if src.is_file():
                         dest.write_text(src.read_text())
                 # The first serve runs as AWX's workflow node after compare: no run id of its own (the survey's

@@ -144,7 +144,7 @@ def test_bench_yml_refuses_in_its_preflight_play_before_any_teardown(tmp_path, n
     assert "sglang_server_min_free_disk_gib" in failed[0][2]
     assert not run.task_started("gpu_teardown |"), "the teardown ran after a refused preflight"
     assert not run.task_started("Start the server")
-    assert not (node_dir / "state" / "server.json").exists()
+    assert not list((node_dir / "state").glob("**/*.json")), "a refused preflight recorded a launch"
 
 
 def test_check_mode_on_a_fresh_node_passes_and_reports_what_would_change(tmp_path):

@@ -98,8 +98,7 @@ def test_every_mode_launches_on_the_emulator_and_reaches_ready(tmp_path, node_di
 
 
 def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path, node_dir):
-    port = free_port()
-    busy_port = free_port()
+    port, busy_port, adaptive_port, override_port = (free_port() for _unused in range(4))
     (node_dir / "cases").mkdir()
     holder = socket.socket()
     holder.bind(("127.0.0.1", busy_port))
@@ -119,13 +118,12 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
                                           "sglang_server_ready_timeout": 600}},
         "check_mode": {"vars": {"mode": "eagle3"}, "check": True},
         # SGLang turns adaptive off at top-k != 1 with a log warning only: the mode fails by name.
-        "adaptive_turned_off": {"vars": {"mode": "eagle3-adaptive", "sglang_server_port": free_port(),
+        # each launch on its own port keeps its own record (state/servers/<port>.json)
+        "adaptive_turned_off": {"vars": {"mode": "eagle3-adaptive", "sglang_server_port": adaptive_port,
                                          "sglang_server_mode_extra_args": {
-            "eagle3-adaptive": ["--speculative-eagle-topk", "4"]},
-            "sglang_server_state_path": str(node_dir / "state" / "server-adaptive.json")}},
-        "override_recorded": {"vars": {"mode": "eagle3", "sglang_server_mode_overrides": {
-            "eagle3": {"mem_fraction_static": 0.8}},
-            "sglang_server_state_path": str(node_dir / "state" / "server-override.json")}},
+            "eagle3-adaptive": ["--speculative-eagle-topk", "4"]}}},
+        "override_recorded": {"vars": {"mode": "eagle3", "sglang_server_port": override_port,
+                                       "sglang_server_mode_overrides": {"eagle3": {"mem_fraction_static": 0.8}}}},
     }
     try:
         run = run_playbook(tmp_path, cases_playbook(tmp_path / "cases.yml", cases),
@@ -162,11 +160,13 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
     # Nothing launched by the refused cases, nor in check mode: the only records are the server that
     # died at startup, the override case's and the adaptive case's (launched, then failed by the check).
     assert not out["check_mode"]["failed"] and out["check_mode"]["fact"] is None
-    assert sorted(p.name for p in (node_dir / "state").glob("*.json")) == [
-        "server-adaptive.json", "server-override.json", "server.json"]
+    records = node_dir / "state" / "servers"
+    assert sorted(p.name for p in records.glob("*.json")) == sorted(f"{p}.json" for p in (port, adaptive_port,
+                                                                                           override_port))
+    assert not list((node_dir / "state").glob("*.json"))  # no shared record besides them
     # The mismatch is on record for the teardown and the results.
-    assert not json.loads((node_dir / "state" / "server-adaptive.json").read_text())["post_launch_check"]["ok"]
-    died = json.loads((node_dir / "state" / "server.json").read_text())
+    assert not json.loads((records / f"{adaptive_port}.json").read_text())["post_launch_check"]["ok"]
+    died = json.loads((records / f"{port}.json").read_text())
     assert "--emulator-fault" in died["command"] and not proc_table.alive(died["pid"], died["starttime"])
     # A per-mode override asked for by name is applied and recorded as a confounder.
     fact = out["override_recorded"]["fact"]
@@ -190,7 +190,8 @@ def test_the_flag_check_runs_once_per_command_and_host(tmp_path, node_dir):
                    {"name": "Test | Preflight eagle3", "ansible.builtin.include_role": preflight,
                     "vars": {"mode": "eagle3"}}]},
     ]))
-    run = run_playbook(tmp_path, playbook, localhost_inventory(**emulator_vars(node_dir, free_port()), mode="baseline"))
+    port = free_port()
+    run = run_playbook(tmp_path, playbook, localhost_inventory(**emulator_vars(node_dir, port), mode="baseline"))
     assert run.rc == 0, run.stdout[-4000:]
     checks = [res for _unused, task, res in run.results("runner_on_ok")
               if task.endswith("Check every flag against the node's SGLang") and "checked" in res]
@@ -198,4 +199,4 @@ def test_the_flag_check_runs_once_per_command_and_host(tmp_path, node_dir):
     assert "--speculative-algorithm" not in checks[0]["flags"] and "--speculative-algorithm" in checks[1]["flags"]
     reused = [task for _unused, task, _unused in run.results("runner_on_skipped") if "Check every flag" in task]
     assert len(reused) == 2, "the launch's own preflight and its late check both reused the first check"
-    assert json.loads((node_dir / "state" / "server.json").read_text())["mode"] == "baseline"
+    assert json.loads((node_dir / "state" / "servers" / f"{port}.json").read_text())["mode"] == "baseline"

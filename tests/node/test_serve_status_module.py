@@ -24,13 +24,15 @@ def test_serve_status_names_the_file_from_the_nodes_launch_record(tmp_path):
     table.write_text("{}\n")
     record = {"command": [*SG, "--speculative-adaptive-config", str(table)], "pid": 2**22 + 7, "starttime": 1,
               "base_url": "http://127.0.0.1:9", "mode": "eagle3-adaptive"}
-    (state / "server.json").write_text(json.dumps(record))
+    (state / "servers").mkdir()
+    (state / "servers" / "30000.json").write_text(json.dumps(record))
     args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"state_path": str(state / "server.json")}}))
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {"state_dir": str(state / "servers")}}))
     # Wherever this collection is imported from (the checkout's collections/ link, or ansible-test's copy).
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(Path(p).parent) for p in ansible_collections.__path__))
     proc = subprocess.run([sys.executable, str(ROOT / "plugins/modules/serve_status.py"), str(args)],
                           capture_output=True, text=True, env=env, timeout=60, check=False)
     out = json.loads(proc.stdout)
     assert out["adaptive_config_file"] == str(table) and out["running"] is False and out["changed"] is False, out
+    assert out["record_path"] == str(state / "servers" / "30000.json") and out["record"]["mode"] == "eagle3-adaptive"
     assert table.exists()  # read-only: serve.yml's tasks remove it, never this module

@@ -197,7 +197,12 @@ class Lab:
         proc, _unused = self.start("--nodes", self.all_nodes(), "--comm", name)
         return proc
 
-    def sglang_tree(self, gpus_used=(0, 1), mib: int = 20000, stubborn=(0,), escaped=(1,)) -> tuple:
+    def record_path(self, port: int = 30000) -> Path:
+        """Where the launch roles record a server on ``port`` (state/servers/<port>.json)."""
+        return self.node_dir / "state" / "servers" / f"{port}.json"
+
+    def sglang_tree(self, gpus_used=(0, 1), mib: int = 20000, stubborn=(0,), escaped=(1,), port: int = 30000,
+                    **record) -> tuple:
         """A stale SGLang-like tree: ``python3 -m sglang.launch_server`` (holding nvidiactl and
         nvidia-uvm) with one ``sglang::scheduler_TP<r>`` worker per GPU; the ranks in stubborn
         ignore SIGTERM, those in escaped left the group (setsid). The record is written."""
@@ -209,7 +214,7 @@ class Lab:
             flags += ["--setsid"] if rank in escaped else []
             specs += ["--worker", json.dumps(flags)]
         server, workers = self.start("--nodes", "nvidiactl,nvidia-uvm", *specs, as_sglang=True)
-        self.write_server_record(server.pid, server.pid)
+        self.write_server_record(server.pid, server.pid, port=port, **record)
         return server, workers
 
     def hold_node_myself(self, node: str = "nvidiactl") -> None:
@@ -233,12 +238,18 @@ class Lab:
         out = subprocess.run(["fuser", *nodes], capture_output=True, text=True, check=False).stdout
         return {int(tok) for tok in out.split()}
 
-    def write_server_record(self, pid: int, pgid: int, with_starttime: bool = True) -> Path:
-        """The launch role's record (state/server.json): pid, pgid, starttime, boot_id."""
-        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"], "boot_id": proc_table.boot_id()}
+    def write_server_record(self, pid: int, pgid: int, with_starttime: bool = True, port: int = 30000,
+                            **extra) -> Path:
+        """The launch role's record, one per launch (state/servers/<port>.json): pid, pgid, starttime,
+        boot_id, and ``extra`` (gpus, say)."""
+        record = {"pid": pid, "pgid": pgid, "command": ["holder.py"], "boot_id": proc_table.boot_id(), "port": port,
+                  **extra}
         if with_starttime:
             record["starttime"] = proc_table.starttime(pid)
-        path = self.node_dir / "state" / "server.json"
+        path = self.record_path(port)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.shared_root:
+            path.parent.chmod(0o755)
         path.write_text(json.dumps(record))
         if self.shared_root:
             path.chmod(0o644)

@@ -22,7 +22,7 @@ def test_emulator_with_stubborn_and_runaway_workers(emulator, lab, tmp_path):
     assert len(workers) == 2 and all(g["memory_used_mib"] > 1000 for g in before["gpus"])
     runaway = [w for w in workers if proc_table.read_proc(w).pgid != emu.proc.pid]
     assert len(runaway) == 1  # the last worker called setsid()
-    # what the launch role records
+    # what the launch role of an earlier release recorded: the single state/server.json, still read
     (lab.node_dir / "state" / "server.json").write_text(json.dumps({"pid": emu.proc.pid, "pgid": emu.proc.pid}))
 
     play = run_playbook(tmp_path, lab.extravars(gpu_device_glob=f"{emu.device_dir}/nvidia*",

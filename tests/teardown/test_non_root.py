@@ -67,7 +67,7 @@ def test_non_root_teardown_refuses_roots_processes_with_a_result(shared_lab):
     assert os.getpid() == 1
     server, (worker,) = lab.sglang_tree(gpus_used=(0,), stubborn=(), escaped=())  # root's, recorded
     mine, _unused = lab.start("--gpu", "1", "--mib", "4000", "--comm", "td-mine", user=OTHER_USER)
-    record = json.loads((lab.node_dir / "state" / "server.json").read_text())
+    record = json.loads(lab.record_path().read_text())
 
     res, _unused = run_module_as(OTHER_USER, lab, server=record)
     assert res["failed"] is True and res["error"] == "not_clean"

@@ -66,7 +66,7 @@ def test_plain_server_group_gets_sigterm(lab, bystanders, tmp_path):
     assert all(k["signals"] == ["SIGTERM"] and k["step"] == "launched" and k["exited"] for k in killed.values())
     assert res["changed"] is True
     assert res["recorded_pgid"] == server.pid
-    assert res["recorded_pgid_source"].endswith("state/server.json")
+    assert res["recorded_pgid_source"].endswith("state/servers/30000.json")
     assert res["before"]["gpus"][0]["memory_used_mib"] == 20001
     assert res["after"]["gpus"][0]["memory_used_mib"] == 1
     assert res["time_to_clean_s"] is not None

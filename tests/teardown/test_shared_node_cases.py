@@ -6,6 +6,8 @@ desktops, supervisors and records it must not trust.
   teardown module (a pipelined Ansible module), not a CUDA job still starting (only nvidiactl and
   nvidia-uvm), not a new SGLang server meant for GPU 1, never gnome-shell or Xwayland (the
   teardown fails naming the display server, with the fix);
+* one record per launch: two launches on GPUs 0 and 1 keep their own records, and a teardown of
+  GPU 0 takes down and retires only that launch's;
 * records: another user's record, an old record without a start time over a group with nvtop, a
   stale record whose pid another job's launcher now has, a record of a server on GPU 1 under
   gpu_devices [0]: nothing they name is signalled, and none is retired;
@@ -96,6 +98,32 @@ def test_node_scope_on_gpu_0_spares_other_jobs_gpu_1_and_the_desktop(lab):
     assert "drivers before 565" not in res["msg"]
 
 
+def test_each_launch_keeps_its_own_record_and_a_teardown_takes_only_its_gpus_records(lab):
+    """Two launches on one node (GPU 0 on port 30000, GPU 1 on port 30001): each has its own record
+    (state/servers/<port>.json), so neither overwrites the other's; a teardown of GPU 0 takes down
+    and retires only the GPU-0 launch, and one of every GPU then the other."""
+    first, first_workers = lab.sglang_tree(gpus_used=(0,), stubborn=(), escaped=(), port=30000, gpus=["0"])
+    second, second_workers = lab.sglang_tree(gpus_used=(1,), stubborn=(), escaped=(), port=30001, gpus=["1"])
+    records = lab.record_path(30000).parent
+    assert sorted(p.name for p in records.iterdir()) == ["30000.json", "30001.json"]
+    given = json.loads(lab.record_path(30000).read_text())  # the launch role's fact names the same launch
+
+    res = teardown(lab, server_record=given, server_state_dir=str(records), devices=[0])
+    assert {k["pid"] for k in res["killed"]} == {first.pid, *first_workers}, res["killed"]
+    assert alive(second) and all(proc_table.alive(w) for w in second_workers)
+    assert [(r["pid"], r["record_files"]) for r in res["recorded_servers"]] == [
+        (first.pid, [str(lab.record_path(30000))]), (second.pid, [str(lab.record_path(30001))])]
+    assert res["records_retired"] == [str(lab.record_path(30000))]
+    assert "torn_down" in lab.record_path(30000).read_text() and "torn_down" not in lab.record_path(30001).read_text()
+    assert any("30001.json names a server on GPU 1 (recorded), outside gpu_devices" in w for w in res["warnings"])
+    assert res["clean"] is True and "1 target GPU(s) clean" in res["msg"]
+
+    res = teardown(lab, server_state_dir=str(records))  # every GPU: the retired record names nothing now
+    assert {k["pid"] for k in res["killed"]} == {second.pid, *second_workers}, res["killed"]
+    assert [r["pid"] for r in res["recorded_servers"]] == [second.pid]
+    assert res["records_retired"] == [str(lab.record_path(30001))] and res["clean"] is True
+
+
 def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, tmp_path):
     state = lab.node_dir / "state"
     nvtop, unused_out = lab.start("--nodes", lab.all_nodes(), "--comm", "nvtop")
@@ -121,9 +149,9 @@ def test_records_that_cannot_be_trusted_name_nothing_and_are_never_retired(lab, 
     assert any("left alone" in w and "stale record" in w for w in res["warnings"]), res["warnings"]
     # a record of a server on GPU 1, under gpu_devices [0]
     server, workers = lab.sglang_tree(gpus_used=(1,), stubborn=(), escaped=())
-    record = state / "server.json"
+    record = lab.record_path()
     record.write_text(json.dumps({**json.loads(record.read_text()), "gpus": ["1"]}))
-    res = teardown(lab, server_state_file=str(record), devices=[0])
+    res = teardown(lab, server_state_dir=str(record.parent), devices=[0])
     assert res["killed"] == [] and alive(server) and res["clean"] is True
     assert not res["recorded_server_retired"] and "torn_down" not in record.read_text()
     assert any("GPU 1 (recorded), outside gpu_devices" in w for w in res["warnings"]), res["warnings"]

@@ -5,7 +5,6 @@ file here; tests/conftest.py keeps all of tests/vllm on one pytest worker). The 
 one multi-host run of their own. Any launched tree a run left is killed at the end."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -35,8 +34,7 @@ class VllmRun:
     def __init__(self, run, scraper, folder: Path, port: int):
         self.run, self.scraper, self.folder, self.port = run, scraper, folder, port
         self.node = folder / "node"
-        self.record = json.loads((self.node / "state" / "server.json").read_text()) \
-            if (self.node / "state" / "server.json").is_file() else {}
+        self.record = vllmkit.launch_record(self.node, port)
 
 
 # A pool run's limit, against a hang only: the compare run (three vLLM launches) takes ~400 s on a

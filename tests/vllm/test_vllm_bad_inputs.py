@@ -34,8 +34,9 @@ class Refusal:
         self.run, self.host, self.mode, self.node = run, host, mode, node
         self.text = "\n".join(str(ev.get("stdout", "")) for ev in run.events
                               if (ev.get("event_data") or {}).get("host") == host)
-        path = node / "state" / "server.json"
-        self.record = json.loads(path.read_text()) if path.is_file() else {}
+        found = sorted((node / "state" / "servers").glob("*.json"))  # one record per launch, by port
+        assert len(found) <= 1, found
+        self.record = json.loads(found[0].read_text()) if found else {}
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,7 @@ def test_an_unknown_speculative_method_is_refused_by_the_installed_vllm(refusals
     run = refusals[0]["bad-method"]
     assert_refused(run, "speculative method 'ngramm' is unknown to vLLM 0.32.0", "Did you mean ngram",
                    "vllm_server_modes")
-    assert not (run.node / "state" / "server.json").exists()
+    assert not list((run.node / "state").glob("**/*.json")), "a refused launch left a record"
 
 
 def test_a_model_path_that_does_not_exist(refusals):

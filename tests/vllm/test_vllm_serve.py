@@ -31,7 +31,7 @@ def served(vllm_pool):
     # A service left by a failure here is killed with the pool's folders at the session's end.
     for name, more in (("serve", {}), ("again", {}), ("absent", {"serve_state": "absent"})):
         if name == "absent":
-            record = json.loads((compare.node / "state" / "server.json").read_text())
+            record = vllmkit.launch_record(compare.node, compare.port)
         runs[name] = vllmkit.run_playbook(compare.folder / f"serve-{name}", "playbooks/serve.yml", hostvars,
                                           {**extra, **more}, timeout=900)
     return compare, runs, record

@@ -2,7 +2,8 @@
 server's own counters read independently of the client, and its process tree.
 
 Every server here is launched by the playbooks (role vllm_server) in its own session on
-loopback; the tests find it through the node folder's state/server.json and kill nothing else.
+loopback; the tests find it through the node folder's launch records (state/servers/<port>.json)
+and kill nothing else.
 """
 from __future__ import annotations
 
@@ -33,20 +34,27 @@ __all__ = ["MODELS", "VENV_PYTHON", "Scraper", "assert_client_count_within_serve
            "session_processes", "utc_edge"]
 
 
+def launch_record(node_dir: Path, port: int) -> dict:
+    """The launch record of the server a run launched on ``port`` (state/servers/<port>.json), or {}."""
+    path = Path(node_dir) / "state" / "servers" / f"{port}.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def kill_recorded(node_dir: Path) -> None:
-    """SIGKILL the session a run's node folder recorded, only while its leader is the recorded one."""
-    path = Path(node_dir) / "state" / "server.json"
-    try:
-        record = json.loads(path.read_text())
-        pid, sid = int(record.get("pid") or 0), int(record.get("sid") or record.get("pgid") or 0)
-    except (OSError, ValueError, TypeError):
-        return
-    if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
-        for member, _unused in session_processes(sid):
-            try:
-                os.kill(member, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    """SIGKILL the session each launch record of a run's node folder names, only while its leader
+    is the recorded one."""
+    for path in sorted((Path(node_dir) / "state" / "servers").glob("*.json")):
+        try:
+            record = json.loads(path.read_text())
+            pid, sid = int(record.get("pid") or 0), int(record.get("sid") or record.get("pgid") or 0)
+        except (OSError, ValueError, TypeError):
+            continue
+        if pid > 1 and sid > 1 and kit.alive(pid) and str(kit.starttime(pid)) == str(record.get("starttime")):
+            for member, _unused in session_processes(sid):
+                try:
+                    os.kill(member, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
 
 def venv_missing() -> str | None:

@@ -7,8 +7,9 @@
   systemd unit where systemd runs, logging to a file, and never holding the caller's pipes.
 * :func:`wait_ready` polls /health_generate (then /health, /v1/models) until a deadline and
   fails at once, with the log's tail, when the server exits first.
-* The state file (JSON) records pid, starttime, pgid and unit so that a separate teardown run
-  signals exactly this server's process group.
+* The launch record (JSON, one file per launch: state/servers/<port>.json) records pid, starttime,
+  pgid and unit so that a separate teardown run signals exactly this server's process group;
+  :func:`served_record` finds the service a node runs among them.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from ansible.module_utils.urls import open_url
 
 from ansible_collections.specbench.core.plugins.module_utils.launch import unit as service_units
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
+from ansible_collections.specbench.core.plugins.module_utils.teardown.record import read_record_file, record_files
 
 LISTEN = "0A"
 PROBES = ("/health_generate", "/health", "/v1/models")
@@ -157,6 +159,43 @@ def write_state(path: str, data: dict) -> None:
         json.dump(data, fh, indent=2, sort_keys=True)
         fh.write("\n")
     os.replace(tmp, path)
+
+
+def node_records(state_dir: str) -> list[tuple[str, dict]]:
+    """(path, record) of every launch record of a node: one file per launch in ``state_dir``
+    (state/servers/<port>.json), and the single server.json beside it (state/server.json, of
+    releases before one record per launch) where it exists. Each read as the teardown reads it
+    (read_record_file: this user's regular file, no link followed, never blocking); one that is not
+    is left out."""
+    found = []
+    legacy = os.path.join(os.path.dirname(os.path.abspath(state_dir)), "server.json")
+    for path in record_files(legacy, state_dir):
+        data, _why = read_record_file(path)
+        if data is not None:
+            found.append((path, data))
+    return found
+
+
+def served_record(state_dir: str) -> tuple[str | None, dict]:
+    """(path, record) of the service the node runs now, among its launch records: serve.yml's
+    service (``service`` true) that runs (same pid and start time), else any recorded server that
+    runs, else the last service recorded, else the last launch recorded (by ``launched_at``, then
+    the file's time); (None, {}) when there is none."""
+    records = node_records(state_dir)
+
+    def when(item):
+        path, data = item
+        try:
+            return float(data.get("launched_at") or 0), os.path.getmtime(path)
+        except (OSError, TypeError, ValueError):
+            return 0.0, 0.0
+
+    for wanted in (lambda d: d.get("service") and recorded_alive(d), recorded_alive,
+                   lambda d: bool(d.get("service")), lambda d: True):
+        chosen = [item for item in records if wanted(item[1])]
+        if chosen:
+            return max(chosen, key=when)
+    return None, {}
 
 
 def recorded_alive(state: dict | None) -> bool:

@@ -153,7 +153,7 @@ def remove(unit: dict) -> list[str]:
 
 
 def describe_service(record: dict | None) -> str | None:
-    """A launch record (state/server.json) of serve.yml's lasting service, in words for a refusal or
+    """A launch record (state/servers/<port>.json) of serve.yml's lasting service, in words for a refusal or
     a teardown's log ('systemd unit specbench-emulator-30000.service (/etc/systemd/system/...), mode
     eagle3-adaptive at http://...'); None when the record is not a service's."""
     if not record or not record.get("service"):

@@ -4,7 +4,7 @@
 
 - ``sequence``: the teardown itself, step by step (``Teardown``, which the module gpu_teardown runs);
 - ``settings``: its inputs checked, the engines' kill patterns, what is never signalled;
-- ``record``: the launch record (state/server.json) read, verified and retired;
+- ``record``: the launch records (state/servers/<port>.json, one per launch) read, verified and retired;
 - ``holders``: who holds a target GPU's device nodes or memory, and who may be signalled;
 - ``signals``: TERM then KILL, each target verified before any signal;
 - ``clean``: the wait until every target GPU reads idle, with its settle window;

@@ -1,13 +1,14 @@
 # Copyright: specbench contributors
 # Apache License 2.0 (see galaxy.yml)
-"""The recorded tree: what the launch role recorded of the server (state/server.json or the
-specbench_server fact), and the processes that are still, verifiably, that server's.
+"""The recorded trees: what the launch roles recorded of their servers (one record per launch,
+state/servers/<port>.json; an older single state/server.json; or the specbench_server fact), and
+the processes that are still, verifiably, each server's.
 
 A member is verified before any signal: the recorded leader itself (pid and start time), a
 descendant of a verified member (same snapshot), or a member of the recorded group or session
 that started after the server and, unless the leader still lives (a live group's id cannot be
 reused), is the engine by its patterns. A record from an earlier boot (another boot id, or a
-start time later than the time since this boot) names nothing here. Once no member is left the state file
+start time later than the time since this boot) names nothing here. Once no member is left its record file
 is retired: rewritten with ``torn_down`` (when, why), so a later run (or boot) reads that it names
 nothing, and the launch's record stays on disk for whoever inspects the run.
 """
@@ -179,48 +180,117 @@ def retire_state_file(path: str, server: dict, reason: str, warnings: list[str])
         return False
 
 
-class RecordedTree:
-    """Step (a) of gpu_teardown.Teardown: the recorded server's tree, re-walked each round."""
+class Recorded:
+    """One launch record and what this teardown has verified of its tree: the launch role's fact
+    (``specbench_server``), a process group given alone, or a record file (``<port>.json`` in the
+    node's state/servers, or a single state file). ``paths``: the record files that name this
+    launch, retired together once its tree is proven gone."""
 
-    def _tree_ids(self, leader) -> set[tuple[str, int]]:
+    def __init__(self, server: dict, source: str, path: str | None = None):
+        self.server, self.source = server, source
+        self.paths = [path] if path else []
+        self.void: str | None = None  # why the record names nothing of this boot ("" once checked)
+        self.stale = False  # the recorded pid belongs to another process now
+        self.elsewhere: bool | None = None  # a record of a server outside gpu_devices (None: not checked)
+        self.known: dict[int, int] = {}  # verified members seen: pid -> start time
+        self.ids: set[tuple[str, int]] = set()  # ("pgid" | "sid", id) of the recorded tree
+        self.unverified: set[int] = set()
+        self.warned = False
+
+    def same_launch(self, other: dict) -> bool:
+        """Whether ``other`` (a record read from a file) names this launch: the same pid and start
+        time, or, with no pid recorded on either side, the same process group."""
+        mine = self.server
+        if mine.get("pid") is not None and other.get("pid") is not None:
+            return mine["pid"] == other["pid"] and str(mine.get("starttime")) == str(other.get("starttime"))
+        return mine.get("pgid") is not None and mine.get("pgid") == other.get("pgid")
+
+    def as_dict(self) -> dict:
+        return {**self.server, "source": self.source, "record_files": list(self.paths)}
+
+
+def record_files(state_file: str | None, state_dir: str | None) -> list[str]:
+    """The record files a teardown reads: the single state file, then every ``*.json`` in the node's
+    folder of launch records (one per launch, named by port), by name. Entries are listed, never
+    followed; each file is trusted or not when it is read (read_record_file)."""
+    files = [state_file] if state_file and os.path.lexists(state_file) else []
+    if state_dir and os.path.isdir(state_dir):
+        try:
+            names = sorted(os.listdir(state_dir))
+        except OSError:
+            names = []
+        files += [os.path.join(state_dir, n) for n in names if n.endswith(".json") and not n.startswith(".")]
+    return files
+
+
+def recorded_servers(record, server_pgid, state_file: str | None, state_dir: str | None,
+                     warnings: list[str], named_nothing: list[str] | None = None) -> list[Recorded]:
+    """Every launch this teardown is to take down, each once: the fact (or process group) given,
+    then each record file that names another launch. A record file naming the fact's launch is
+    that launch's own (retired with it); a retired, void of fields or untrusted one names nothing
+    (its source, saying why, goes to ``named_nothing``)."""
+    found: list[Recorded] = []
+    if (isinstance(record, dict) and any(record.get(k) not in (None, "") for k in ("pid", "pgid"))) or \
+            server_pgid not in (None, ""):
+        server, source = recorded_server(record, server_pgid, None, warnings)
+        if any(server[k] is not None for k in ("pid", "pgid")):
+            found.append(Recorded(server, source))
+    for path in record_files(state_file, state_dir):
+        server, source = recorded_server(None, None, path, warnings)
+        if all(server[k] is None for k in ("pid", "pgid", "sid")):
+            if named_nothing is not None:
+                named_nothing.append(source)  # retired, unreadable or untrusted: warned about
+            continue
+        same = next((r for r in found if r.same_launch(server)), None)
+        if same is not None:
+            same.paths.append(path)
+        else:
+            found.append(Recorded(server, source, path))
+    return found
+
+
+class RecordedTree:
+    """Step (a) of gpu_teardown.Teardown: the recorded servers' trees, re-walked each round."""
+
+    def _tree_ids(self, rec: Recorded, leader) -> set[tuple[str, int]]:
         """The recorded group and session, and those the live leader leads (a record without sid)."""
-        ids = {(f, self.server[f]) for f in ("pgid", "sid") if self.server[f] is not None}
+        ids = {(f, rec.server[f]) for f in ("pgid", "sid") if rec.server[f] is not None}
         if leader is not None:
             ids |= {(f, getattr(leader, f)) for f in ("pgid", "sid") if getattr(leader, f) == leader.pid}
-        self.tree_ids |= ids
-        return set(self.tree_ids)
+        rec.ids |= ids
+        return set(rec.ids)
 
-    def tree_members(self, table) -> list:
-        """Every live, verified member of the recorded tree (before exemptions)."""
-        server = self.server
+    def tree_members(self, table, rec: Recorded) -> list:
+        """Every live, verified member of one recorded tree (before exemptions)."""
+        server = rec.server
         pid, start = server["pid"], server["starttime"]
-        if self.record_void is None and (pid or server["pgid"] or server["sid"]):
-            self.record_void = void_reason(server) or ""
-            if self.record_void:
-                self.warnings.append(f"the server record ({self.server_source}) is void: {self.record_void}; "
+        if rec.void is None and (pid or server["pgid"] or server["sid"]):
+            rec.void = void_reason(server) or ""
+            if rec.void:
+                self.warnings.append(f"the server record ({rec.source}) is void: {rec.void}; "
                                      "nothing is signalled for it and it is retired.")
-        if self.record_void:
+        if rec.void:
             return []
         leader = table.get(pid) if pid else None
         if leader is not None and start is not None and leader.starttime != start:
-            if not self.record_stale:
-                self.record_stale = True
+            if not rec.stale:
+                rec.stale = True
                 self.warnings.append(
-                    f"the recorded server pid {pid} ({self.server_source}) now belongs to another process (its "
+                    f"the recorded server pid {pid} ({rec.source}) now belongs to another process (its "
                     "start time differs): a stale record; that process, its group and session are left alone.")
-        if self.record_stale and not self.tree_known:
+        if rec.stale and not rec.known:
             return []  # a reused pid: nothing the record names is verifiably the server's
-        if not self.record_on_targets(table):
+        if not self.record_on_targets(table, rec):
             return []
         genuine = leader is not None and start is not None
-        verified = {p for p, st in self.tree_known.items() if p in table and table[p].starttime == st}
+        verified = {p for p, st in rec.known.items() if p in table and table[p].starttime == st}
         if genuine:
             verified.add(pid)
         members = set(verified)
         for root in verified:
             members |= proc_table.descendants(root, table)
         listed = None
-        for field, value in sorted(self._tree_ids(leader if genuine else None)):
+        for field, value in sorted(self._tree_ids(rec, leader if genuine else None)):
             for other, info in table.items():
                 if other in members or getattr(info, field) != value:
                     continue
@@ -240,83 +310,91 @@ class RecordedTree:
                            "matches gpu_kill_patterns")
                 else:
                     why = "the recorded server is gone and it does not match gpu_kill_patterns"
-                self.tree_unverified.add(other)
+                rec.unverified.add(other)
                 self._skip(info, "launched", f"in the recorded process {'group' if field == 'pgid' else 'session'} "
                                              f"{value} but not verifiably the recorded server's ({why}): left alone")
         for member in members:
-            self.tree_known[member] = table[member].starttime
+            rec.known[member] = table[member].starttime
         return [table[p] for p in sorted(members) if not defunct(table[p])]
 
-    def record_on_targets(self, table) -> bool:
+    def record_on_targets(self, table, rec: Recorded) -> bool:
         """With gpu_devices naming some GPUs, a record read from disk is touched only when its
         server is on one of them: by the GPUs it recorded (CUDA_VISIBLE_DEVICES at launch), else
         by what its live tree uses. One that cannot be told is left alone (another job's?)."""
-        if self.record_elsewhere is not None:
-            return not self.record_elsewhere
-        self.record_elsewhere = False
-        if not self.devices or self.server_source == "specbench_server":
+        if rec.elsewhere is not None:
+            return not rec.elsewhere
+        rec.elsewhere = False
+        if not self.devices or rec.source == "specbench_server":
             return True
         gpus = self.read_gpus()
         every = {g["index"] for g in gpus}
         if set(self.target_gpus) >= every:
             return True
         used, how = set(), "recorded"
-        if self.server.get("gpus"):
+        if rec.server.get("gpus"):
             try:
-                used = set(gpu_state.resolve_devices(gpus, self.server["gpus"]))
+                used = set(gpu_state.resolve_devices(gpus, rec.server["gpus"]))
             except gpu_state.GpuStateError:
                 used = set()
         if not used:
             how = "in use"
             held = proc_table.holders(proc_table.expand_nodes(self.device_glob), table)
-            pid, start = self.server["pid"], self.server["starttime"]
+            pid, start = rec.server["pid"], rec.server["starttime"]
             if pid in table and (start is None or table[pid].starttime == start):
                 for member in {pid} | proc_table.descendants(pid, table):
                     used |= self._uses(member, gpus, self._gpu_nodes(gpus), held)
         if used & set(self.target_gpus):
             return True
-        self.record_elsewhere = True
+        rec.elsewhere = True
         where = (f"on GPU {', '.join(map(str, sorted(used)))} ({how}), outside gpu_devices" if used else
                  "on GPUs that cannot be told (no GPUs recorded, none in use)")
         self.warnings.append(
-            f"the server record {self.server_source} names a server {where}: left alone, not retired (another "
+            f"the server record {rec.source} names a server {where}: left alone, not retired (another "
             "job's?). Tear it down with gpu_devices naming its GPUs, or empty for every GPU.")
         return False
 
     def launched_tree(self, table) -> list:
-        """(a): the verified members of the recorded tree that this teardown may signal."""
-        chosen = []
-        for info in self.tree_members(table):
-            if self._exempt(info, "launched"):
-                continue
-            if not self._user_allowed(info):
-                self._skip(info, "launched", f"in the recorded tree but another user's ({info.user})")
-                continue
-            chosen.append(info)
-        if not self.tree_known and self.tree_unverified and self.server["starttime"] is None \
-                and not self.tree_warned:
-            self.tree_warned = True
-            self.warnings.append(
-                f"recorded process group {self.pgid} ({self.server_source}) no longer looks like the server: "
-                "no member matches gpu_kill_patterns or holds a device node (a stale record whose group id "
-                "was reused?); it is left alone.")
+        """(a): the verified members of the recorded trees that this teardown may signal."""
+        chosen, seen = [], set()
+        for rec in self.records:
+            for info in self.tree_members(table, rec):
+                if info.pid in seen:
+                    continue
+                seen.add(info.pid)
+                if self._exempt(info, "launched"):
+                    continue
+                if not self._user_allowed(info):
+                    self._skip(info, "launched", f"in the recorded tree but another user's ({info.user})")
+                    continue
+                chosen.append(info)
+            if not rec.known and rec.unverified and rec.server["starttime"] is None and not rec.warned:
+                rec.warned = True
+                self.warnings.append(
+                    f"recorded process group {rec.server['pgid']} ({rec.source}) no longer looks like the server: "
+                    "no member matches gpu_kill_patterns or holds a device node (a stale record whose group id "
+                    "was reused?); it is left alone.")
         return chosen
 
     def tree_gone(self, table) -> bool:
-        """No verified member of the recorded tree is alive (a zombie holds nothing)."""
-        return not self.tree_members(table)
+        """No verified member of any recorded tree is alive (a zombie holds nothing)."""
+        return not any(self.tree_members(table, rec) for rec in self.records)
 
-    def retire_record(self, table) -> bool:
-        """Retire the state file once its tree is proven gone (or the record is void or stale)."""
-        path = self.state_file
-        if self.check_mode or not path or not os.path.exists(path) or self.server_source == "none recorded":
-            return False
-        if self.record_void or self.record_stale:
-            reason = self.record_void or "its pid belongs to another process now"
-        elif self.tree_gone(table):
-            reason = "no process of the recorded tree is left"
-        else:
-            return False
-        if self.record_elsewhere or self.record_untrusted:
-            return False  # a record of servers outside gpu_devices, or one this user did not write
-        return retire_state_file(path, self.server, reason, self.warnings)
+    def retire_record(self, table) -> list[str]:
+        """Retire each record file once its tree is proven gone (or the record is void or stale):
+        the files retired."""
+        retired = []
+        if self.check_mode:
+            return retired
+        for rec in self.records:
+            if rec.void or rec.stale:
+                reason = rec.void or "its pid belongs to another process now"
+            elif not self.tree_members(table, rec):
+                reason = "no process of the recorded tree is left"
+            else:
+                continue
+            if rec.elsewhere:
+                continue  # a record of a server outside gpu_devices
+            for path in rec.paths:
+                if os.path.exists(path) and retire_state_file(path, rec.server, reason, self.warnings):
+                    retired.append(path)
+        return retired

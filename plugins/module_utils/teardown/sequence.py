@@ -52,6 +52,7 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown.record imp
     RecordedTree,
     recorded_pgid,
     recorded_server,
+    recorded_servers,
     void_reason,
 )
 from ansible_collections.specbench.core.plugins.module_utils.teardown.respawn import Respawns, boot_ticks
@@ -74,7 +75,8 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown.words impo
 __all__ = [
     "DEFAULT_KILL_PATTERNS", "DEFAULT_NEVER_KILL", "ENGINE_KILL_PATTERNS", "MONITOR", "SCOPES", "Pattern", "Teardown",
     "TeardownInputError", "check_names", "check_number", "check_scope", "compile_patterns", "defunct",
-    "is_controller", "my_pid", "never_kill_match", "protected", "recorded_pgid", "recorded_server", "void_reason",
+    "is_controller", "my_pid", "never_kill_match", "protected", "recorded_pgid", "recorded_server", "recorded_servers",
+    "void_reason",
 ]
 
 
@@ -82,7 +84,8 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, Resu
     """One teardown run. ``clock``/``sleep`` are injectable for the benchmark."""
 
     def __init__(self, backend, device_glob, *, idle_mib=64, never_kill=None, kill_patterns=None,
-                 server_pgid=None, server_state_file=None, server_record=None, kill_scope="own",
+                 server_pgid=None, server_state_file=None, server_record=None, server_state_dir=None,
+                 kill_scope="own",
                  kill_other_users=False, devices=None, term_timeout_s=15.0, kill_timeout_s=10.0,
                  clean_timeout_s=60.0, poll_interval_s=0.05, settle_s=0.1, respawn_watch_s=3.0,
                  specbench_units=None, check_mode=False,
@@ -116,21 +119,19 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, Resu
                 f"gpu_poll_interval_s {poll_interval_s} is longer than gpu_clean_timeout_s {clean_timeout_s}: "
                 "poll more often than the deadline (the default is 0.05 s)."
             )
-        self.server, self.server_source = recorded_server(server_record, server_pgid, server_state_file,
-                                                          self.warnings)
+        # every launch to take down: the fact given, and each record file naming another launch
+        named_nothing: list[str] = []
+        self.records = recorded_servers(server_record, server_pgid, server_state_file, server_state_dir,
+                                        self.warnings, named_nothing)
+        first = self.records[0] if self.records else None
+        self.server = first.server if first else dict.fromkeys(
+            ("pid", "pgid", "sid", "starttime", "boot_id", "gpus"))
+        # no launch to take down: say which records named nothing (retired, untrusted), if any
+        self.server_source = first.source if first else "; ".join(named_nothing) or "none recorded"
         self.pgid = self.server["pgid"]
         self.pgid_source = self.server_source
-        self.state_file = server_state_file
-        self.record_void: str | None = None  # why the record names nothing of this boot ("" once checked)
-        self.record_stale = False  # the recorded pid belongs to another process now
-        self.record_elsewhere: bool | None = None  # a record of a server outside gpu_devices (None: not checked)
-        self.record_untrusted = "(untrusted:" in self.server_source
         self.table_now: dict = {}  # the last process table read
         self.graphics_pids: set[int] = set()  # listed by the driver as graphics processes
-        self.tree_known: dict[int, int] = {}  # verified members seen: pid -> start time
-        self.tree_ids: set[tuple[str, int]] = set()  # ("pgid" | "sid", id) of the recorded tree
-        self.tree_unverified: set[int] = set()
-        self.tree_warned = False
         self.stuck: set[int] = set()  # outlived SIGKILL in state D
         self.gave_up_at: float | None = None
         self.kills_done: float = 0.0
@@ -240,7 +241,9 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, Resu
             self.clean_read_at = clean_at
         result["respawns"] = self.respawns
         result["units_stopped"] = self.units_stopped
-        result["recorded_server_retired"] = self.retire_record(table)
+        retired = self.retire_record(table)
+        result["recorded_server_retired"] = bool(retired)
+        result["records_retired"] = retired
         if not result["clean"]:
             result["msg"] = self.failure(after, table)
             result["problems"] = self.problems
@@ -267,6 +270,7 @@ class Teardown(RecordedTree, FindHolders, Signalling, ProveClean, Respawns, Resu
             respawns=[],
             units_stopped=[],
             recorded_server_retired=False,
+            records_retired=[],
             would_kill=plan,
             clean=before["clean"] and not self.refused,
             time_to_clean_s=None,

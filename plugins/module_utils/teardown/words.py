@@ -67,6 +67,7 @@ class ResultWords:
             "recorded_pgid": self.pgid,
             "recorded_pgid_source": self.pgid_source,
             "recorded_server": self.server,
+            "recorded_servers": [rec.as_dict() for rec in self.records],
             "log": self.log,
             "warnings": list(dict.fromkeys(self.warnings)),  # each once, though each poll re-walks
             "elapsed_s": round(self.clock() - started, 4),
