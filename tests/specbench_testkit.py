@@ -567,6 +567,48 @@ CONTROLLER_ACTIONS = frozenset(f"ansible.builtin.{name}" for name in (
     f"specbench.core.{name}" for name in ("bench_results_file", "bench_scripts_manifest", "compare_results"))
 
 
+def cases_playbook(path: Path, cases: dict[str, dict], role: str = "specbench.core.sglang_server",
+                   record: str = "specbench_server") -> Path:
+    """Write a playbook with one play per case: each runs ``role`` with the case's variables
+    and records the outcome in ``{{ specbench_node_dir }}/cases/<name>.json`` (failed, task, msg
+    or the variable ``record``, by default the fact), so one ansible-runner run covers many cases.
+
+    A case is ``{"vars": {...}, "tasks_from": "main", "check": False}``.
+    """
+    plays = []
+    for name, case in cases.items():
+        outfile = "{{ specbench_node_dir }}/cases/" + name + ".json"
+        plays.append({
+            "name": f"Test | Case {name}",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars": case.get("vars", {}),
+            "tasks": [{
+                "name": f"Test | Try {name}",
+                "check_mode": bool(case.get("check", False)),
+                "block": [
+                    {"name": "Test | Run the role", "ansible.builtin.include_role": {
+                        "name": role, "tasks_from": case.get("tasks_from", "main")}},
+                    {"name": "Test | Record the success", "ansible.builtin.copy": {
+                        "content": "{{ {'failed': false, 'fact': " + record + " | default(none)} | to_nice_json }}",
+                        "dest": outfile, "mode": "0644"}, "check_mode": False},
+                ],
+                "rescue": [
+                    {"name": "Test | Record the failure", "ansible.builtin.copy": {
+                        "content": "{{ {'failed': true, 'task': ansible_failed_task.name, "
+                                   "'msg': ansible_failed_result.msg | default('')} | to_nice_json }}",
+                        "dest": outfile, "mode": "0644"}, "check_mode": False},
+                ],
+            }],
+        })
+    path.write_text(yaml.safe_dump(plays, sort_keys=False, width=200))
+    return path
+
+
+def case_outcomes(node_dir: Path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((node_dir / "cases").glob("*.json"))}
+
+
 def shared_run(tmp_path_factory, name: str, build) -> tuple[PlaybookRun, Path]:
     """Run ``build(folder)`` (returning a PlaybookRun) once per test session, even when
     pytest-xdist spreads the tests that share it over several workers: the first worker runs it

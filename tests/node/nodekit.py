@@ -7,12 +7,10 @@ test's own node folder (fixture ``node_dir`` in conftest.py).
 """
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import yaml
-from specbench_testkit import ROOT, free_port, inventory, local_host, run_playbook
+from specbench_testkit import ROOT, case_outcomes, cases_playbook, free_port, inventory, local_host, run_playbook
 
 sys.path.insert(0, str(ROOT / "collections"))
 
@@ -45,48 +43,6 @@ def emulator_vars(node_dir: Path, port: int, **more) -> dict:
         "sglang_server_ready_timeout": 120,
         **more,
     }
-
-
-def cases_playbook(path: Path, cases: dict[str, dict], role: str = "specbench.core.sglang_server",
-                   record: str = "specbench_server") -> Path:
-    """Write a playbook with one play per case: each runs ``role`` with the case's variables
-    and records the outcome in ``{{ specbench_node_dir }}/cases/<name>.json`` (failed, task, msg
-    or the variable ``record``, by default the fact), so one ansible-runner run covers many cases.
-
-    A case is ``{"vars": {...}, "tasks_from": "main", "check": False}``.
-    """
-    plays = []
-    for name, case in cases.items():
-        outfile = "{{ specbench_node_dir }}/cases/" + name + ".json"
-        plays.append({
-            "name": f"Test | Case {name}",
-            "hosts": "localhost",
-            "gather_facts": False,
-            "vars": case.get("vars", {}),
-            "tasks": [{
-                "name": f"Test | Try {name}",
-                "check_mode": bool(case.get("check", False)),
-                "block": [
-                    {"name": "Test | Run the role", "ansible.builtin.include_role": {
-                        "name": role, "tasks_from": case.get("tasks_from", "main")}},
-                    {"name": "Test | Record the success", "ansible.builtin.copy": {
-                        "content": "{{ {'failed': false, 'fact': " + record + " | default(none)} | to_nice_json }}",
-                        "dest": outfile, "mode": "0644"}, "check_mode": False},
-                ],
-                "rescue": [
-                    {"name": "Test | Record the failure", "ansible.builtin.copy": {
-                        "content": "{{ {'failed': true, 'task': ansible_failed_task.name, "
-                                   "'msg': ansible_failed_result.msg | default('')} | to_nice_json }}",
-                        "dest": outfile, "mode": "0644"}, "check_mode": False},
-                ],
-            }],
-        })
-    path.write_text(yaml.safe_dump(plays, sort_keys=False, width=200))
-    return path
-
-
-def case_outcomes(node_dir: Path) -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted((node_dir / "cases").glob("*.json"))}
 
 
 def snapshot_sources(dest: Path) -> Path:

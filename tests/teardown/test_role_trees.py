@@ -15,6 +15,8 @@ import sys
 import time
 
 import pytest
+import specbench_testkit as testkit
+from specbench_testkit import case_outcomes, cases_playbook
 from td_support import run_playbook, tagged_pids
 
 from ansible_collections.specbench.core.plugins.module_utils.teardown import proc_table
@@ -201,28 +203,41 @@ def test_stale_recorded_server_is_left_alone(lab, bystanders, tmp_path, case):
         stranger.wait()
 
 
-@pytest.mark.parametrize(
-    ("overrides", "expected"),
-    [
-        ({"gpu_device_glob": "/tmp/*"}, "last part starts with 'nvidia'"),
-        ({"gpu_backend": "emulated", "gpu_device_glob": "/dev/nvidia*"}, "never /dev"),
-        ({"gpu_kill_patterns": ["sglang(::"]}, "is not a valid regular expression"),
-        ({"gpu_kill_patterns": [".*"]}, "would match every process"),
-        ({"gpu_kill_patterns": [{"args": "sglang"}]}, "names no field of what the process is"),
-        ({"gpu_kill_patterns": [["sglang"]]}, "gpu_kill_patterns a non-empty list of patterns"),
-        ({"gpu_kill_scope": "everything"}, "gpu_kill_scope"),
-        ({"gpu_kill_other_users": "maybe"}, "gpu_kill_other_users"),
-        ({"gpu_devices": ["first"]}, "a list of GPU indexes or UUIDs"),
-        ({"gpu_devices": [5]}, "gpu_devices names 5, which is not one GPU of this node"),
-        ({"gpu_idle_mib": -5}, "gpu_idle_mib must be a whole number"),
-        ({"engine": "external"}, "with engine=external specbench launches and kills nothing"),
-    ],
-)
-def test_bad_settings_fail_with_the_fix(lab, tmp_path, overrides, expected):
-    play = run_playbook(tmp_path, lab.extravars(**overrides))
-    assert play.rc != 0
-    out = re.sub(r"\s+", " ", play.stdout)
-    assert expected in out, out[-3000:]
+# Each bad setting and the words its refusal must hold. One ansible-runner run tries them all
+# (nodekit.cases_playbook: a play per case, the role in a block whose rescue records the failure):
+# twelve separate runs of playbooks/teardown.yml cost the suite ~30 CPU-s for the same refusals.
+BAD_SETTINGS = {
+    "glob_not_nvidia": ({"gpu_device_glob": "/tmp/*"}, "last part starts with 'nvidia'"),
+    "emulated_on_dev": ({"gpu_backend": "emulated", "gpu_device_glob": "/dev/nvidia*"}, "never /dev"),
+    "pattern_invalid": ({"gpu_kill_patterns": ["sglang(::"]}, "is not a valid regular expression"),
+    "pattern_everything": ({"gpu_kill_patterns": [".*"]}, "would match every process"),
+    "pattern_args_only": ({"gpu_kill_patterns": [{"args": "sglang"}]}, "names no field of what the process is"),
+    "pattern_nested": ({"gpu_kill_patterns": [["sglang"]]}, "gpu_kill_patterns a non-empty list of patterns"),
+    "scope": ({"gpu_kill_scope": "everything"}, "gpu_kill_scope"),
+    "other_users": ({"gpu_kill_other_users": "maybe"}, "gpu_kill_other_users"),
+    "devices_words": ({"gpu_devices": ["first"]}, "a list of GPU indexes or UUIDs"),
+    "devices_missing": ({"gpu_devices": [5]}, "gpu_devices names 5, which is not one GPU of this node"),
+    "idle_negative": ({"gpu_idle_mib": -5}, "gpu_idle_mib must be a whole number"),
+    "external": ({"engine": "external"}, "with engine=external specbench launches and kills nothing"),
+}
+
+
+def test_bad_settings_fail_with_the_fix(lab, tmp_path):
+    server, workers = lab.server()
+    cases = {name: {"vars": overrides} for name, (overrides, _unused) in BAD_SETTINGS.items()}
+    (lab.node_dir / "cases").mkdir()
+    book = cases_playbook(tmp_path / "cases.yml", cases, role="specbench.core.gpu_teardown")
+    # the lab's settings as host variables, so that each case's play variables override them
+    play = testkit.run_playbook(tmp_path, book, testkit.inventory({"localhost": testkit.local_host(**lab.extravars())}),
+                                {}, timeout=300)
+    assert play.rc == 0, play.stdout[-4000:]
+    out = case_outcomes(lab.node_dir)
+    assert set(out) == set(BAD_SETTINGS), out
+    for name, (_overrides, expected) in BAD_SETTINGS.items():
+        assert out[name]["failed"], (name, out[name])
+        assert expected in re.sub(r"\s+", " ", out[name]["msg"]), (name, out[name])
+    # refused before anything was signalled: the server and its workers still hold their GPUs
+    assert lab.used() == [20001, 20001] and all(proc_table.alive(p) for p in (server.pid, *workers))
 
 
 def test_preflight_entry_point_validates_only(lab, tmp_path):
