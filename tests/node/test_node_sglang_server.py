@@ -119,9 +119,9 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
         "check_mode": {"vars": {"mode": "eagle3"}, "check": True},
         # SGLang turns adaptive off at top-k != 1 with a log warning only: the mode fails by name.
         # each launch on its own port keeps its own record (state/servers/<port>.json)
-        "adaptive_turned_off": {"vars": {"mode": "eagle3-adaptive", "sglang_server_port": adaptive_port,
-                                         "sglang_server_mode_extra_args": {
-            "eagle3-adaptive": ["--speculative-eagle-topk", "4"]}}},
+        "adaptive_turned_off": {"vars": {
+            "mode": "eagle3-adaptive", "sglang_server_port": adaptive_port,
+            "sglang_server_mode_extra_args": {"eagle3-adaptive": ["--speculative-eagle-topk", "4"]}}},
         "override_recorded": {"vars": {"mode": "eagle3", "sglang_server_port": override_port,
                                        "sglang_server_mode_overrides": {"eagle3": {"mem_fraction_static": 0.8}}}},
     }
@@ -161,8 +161,8 @@ def test_refusals_name_the_problem_and_the_fix_before_anything_launches(tmp_path
     # died at startup, the override case's and the adaptive case's (launched, then failed by the check).
     assert not out["check_mode"]["failed"] and out["check_mode"]["fact"] is None
     records = node_dir / "state" / "servers"
-    assert sorted(p.name for p in records.glob("*.json")) == sorted(f"{p}.json" for p in (port, adaptive_port,
-                                                                                           override_port))
+    launched = (port, adaptive_port, override_port)
+    assert sorted(p.name for p in records.glob("*.json")) == sorted(f"{p}.json" for p in launched)
     assert not list((node_dir / "state").glob("*.json"))  # no shared record besides them
     # The mismatch is on record for the teardown and the results.
     assert not json.loads((records / f"{adaptive_port}.json").read_text())["post_launch_check"]["ok"]
