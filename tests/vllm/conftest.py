@@ -64,16 +64,13 @@ def _runner(tmp_path_factory):
 #   bench:   bench.yml, n-gram on the completions API (the one-mode entry point; n-gram's
 #            multi-token chunks are the harder case for the client's counting), with a prompts
 #            file of two categories (two_categories.jsonl) and vLLM's per-request speculation
-#            figures (--per-request-spec-decode-metrics summary), for the per-category accept length;
-#            with vLLM's default process tree (API server, EngineCore, Worker: the only run here that
-#            has a Worker process), which its teardown must leave nothing of.
+#            figures (--per-request-spec-decode-metrics summary), for the per-category accept length.
 CATEGORY_PROMPTS = Path(__file__).resolve().parent / "two_categories.jsonl"
 POOL = {
     "compare": ("playbooks/compare.yml", {"compare_modes": ["baseline", "ngram", "draft"], "bench_api": "chat"}),
     "bench": ("bench.yml", {"mode": "ngram", "bench_api": "completions", "bench_prompts_file": str(CATEGORY_PROMPTS),
                             "vllm_server_extra_args": ["--enforce-eager", "--distributed-executor-backend", "uni",
-                                                       "--per-request-spec-decode-metrics", "summary"],
-                            "vllm_server_environment": {**vllmkit.ENVIRONMENT, "VLLM_ENABLE_V1_MULTIPROCESSING": "1"}}),
+                                                       "--per-request-spec-decode-metrics", "summary"]}),
 }
 
 

@@ -84,9 +84,8 @@ def make_models() -> Path:
     return MODELS
 
 
-# The servers' environment (vllm_server_environment): a 1 GiB KV cache, no hub, no Worker process.
-ENVIRONMENT = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+# The servers' environment (vllm_server_environment): a 1 GiB KV cache, no hub.
+ENVIRONMENT = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def node_vars(tmp: Path, port: int, **extra) -> dict:
@@ -105,13 +104,11 @@ def node_vars(tmp: Path, port: int, **extra) -> dict:
         "vllm_server_port": port,
         "vllm_server_served_model_name": "tiny",
         "vllm_server_environment": ENVIRONMENT,
-        # Eager (no compile), and the uni backend: the worker inside the engine process. The CPU
-        # platform turns uni into mp while VLLM_ENABLE_V1_MULTIPROCESSING is on (vllm/platforms/cpu.py,
-        # check_and_update_config); ENVIRONMENT turns it off, so API server and EngineCore start
-        # (AsyncLLM always runs EngineCore in a process of its own: vllm/v1/engine/core_client.py),
-        # and no Worker process. Measured here, tiny model with n-gram: a launch 20.8 CPU-s and 20 s
-        # to ready instead of 30.0 CPU-s and 28 s, C=16 at 187% of a core either way. The bench pool
-        # (conftest.POOL) keeps vLLM's default, three processes, for the teardown's whole tree.
+        # Eager (no compile). The uni backend asks for the worker inside the engine process, but the
+        # CPU platform turns it into mp while VLLM_ENABLE_V1_MULTIPROCESSING is on (the default;
+        # vllm/platforms/cpu.py): API server, EngineCore and Worker still start, each importing vLLM.
+        # Turning it off (a launch 21 instead of 30 CPU-s here) left the draft mode's levels without
+        # token counts once in a full CI run: vLLM calls that setup unsupported on CPU, so it stays on.
         "vllm_server_extra_args": ["--enforce-eager", "--distributed-executor-backend", "uni"],
         "vllm_server_max_model_len": 1024,
         "vllm_server_max_num_seqs": 32,
