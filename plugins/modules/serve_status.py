@@ -29,9 +29,7 @@ options:
       - The node's folder of launch records (C(state/servers)). The single C(server.json) beside it, the
         record file of releases before one record per launch, is read too.
     type: path
-  state_path:
-    description: One launch record file, read alone (instead of I(state_dir)).
-    type: path
+    required: true
   command:
     description: The command expected to run (serve.json's C(launch_command)); empty matches nothing.
     type: list
@@ -99,7 +97,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.launch.process import (
     http_get,
-    read_state,
     record_adaptive_file,
     recorded_alive,
     served_record,
@@ -110,21 +107,14 @@ from ansible_collections.specbench.core.plugins.module_utils.launch.unit import 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "state_dir": {"type": "path"},
-            "state_path": {"type": "path"},
+            "state_dir": {"type": "path", "required": True},
             "command": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
-        required_one_of=[("state_dir", "state_path")],
-        mutually_exclusive=[("state_dir", "state_path")],
     )
-    p = module.params
-    if p["state_path"]:
-        record_path, record = p["state_path"], read_state(p["state_path"]) or {}
-        state_folder = os.path.dirname(os.path.abspath(p["state_path"]))
-    else:
-        state_folder = os.path.dirname(os.path.abspath(p["state_dir"]))
-        record_path, record = served_record(p["state_dir"])
+    # the node's state/ folder, where specbench's adaptive table files lie beside state/servers
+    state_folder = os.path.dirname(os.path.abspath(module.params["state_dir"]))
+    record_path, record = served_record(module.params["state_dir"])
     running = recorded_alive(record)
     healthy = False
     if running and record.get("base_url"):
