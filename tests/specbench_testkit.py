@@ -478,6 +478,16 @@ class PlaybookRun:
         return json.loads(self.results_file(host, mode).read_text())
 
 
+# What the suite pins, as extra variables, unless a test sets them itself:
+# - the emulator's launch-to-launch variation (sglang_server_emulator_launch_sd, 2% by default as on a real
+#   node) is off: tests that hold a speed to an earlier launch's measurement would read that 2% as a change;
+# - compare.yml's default, compare_launches: auto, launches each mode twice (A B B A) on a node without a noise
+#   floor, and every test's node is new: one launch per mode.
+# tests/compare/test_launch_floor_runs.py runs both defaults end to end.
+PINNED = {"sglang_server_emulator_launch_sd": 0}
+COMPARE_PINNED = {"compare_launches": 1}
+
+
 def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
                  extravars: dict | None = None, *, envvars: dict | None = None, check: bool = False,
                  cmdline: str | None = None, limit: str | None = None, ident: str | None = None,
@@ -514,6 +524,7 @@ def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Pat
         env["HOME"] = str(home)
     env.update(envvars or {})
     flags = " ".join(f for f in ("--check" if check else "", cmdline or "") if f)
+    extravars = {**PINNED, **(COMPARE_PINNED if Path(playbook).name == "compare.yml" else {}), **(extravars or {})}
     import ansible_runner  # the controller's package; imported here so that the kit loads without it
 
     started, cpu = time.monotonic(), _children_cpu()

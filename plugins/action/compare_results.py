@@ -62,6 +62,8 @@ class ActionModule(ActionBase):
         if args["validate_only"]:
             result.update(changed=False, msg="compare_output_match_min and compare_traffic are valid")
             return result
+        if args["plan_launches"] is not None:
+            return self._plan_launches(result, args, warnings)
         traffic_by_engine: dict = {}
         run_id = args["run_id"].strip()
         if not run_id or not SAFE_NAME.match(run_id) or run_id in (".", ".."):
@@ -240,20 +242,71 @@ class ActionModule(ActionBase):
         )
         return result
 
+    def _plan_launches(self, result: dict, args: dict, warnings: list[str]) -> dict:
+        """How many launches per mode this run makes on one host (compare_launches): a number as given; ``auto``,
+        one while the host's noise floor (launch_noise) is fresh and has ``noise_floor_min_df`` degrees of
+        freedom, else two (A B B A) that measure it. Reads the floor file only, writes nothing."""
+        want = str(args["plan_launches"]).strip().lower()
+        hosts = args["hosts"] or []
+        if len(hosts) != 1 or not SAFE_NAME.match(hosts[0]) or hosts[0] in (".", ".."):
+            raise AnsibleActionFail(f"plan_launches needs one host that can name a results folder (got {hosts!r})")
+        if want != "auto" and not (want.isdigit() and 1 <= int(want) <= 10):
+            raise AnsibleActionFail(
+                f"compare_launches must be auto or a whole number from 1 to 10 (got {args['plan_launches']!r}): auto "
+                "launches each mode twice (A B B A) until the node has a noise floor, then once")
+        min_df = args["noise_floor_min_df"]
+        if min_df < 1:
+            raise AnsibleActionFail(f"compare_noise_floor_min_df must be 1 or more (got {min_df}), e.g. 2: one run "
+                                    "of two launches of two modes")
+        host, max_age = hosts[0], args["noise_floor_max_age_days"]
+        results_dir = os.path.abspath(os.path.expanduser(args["results_dir"]))
+        path = os.path.join(results_dir, "noise-floor", f"{host}.json")
+        floor = launch_floor_from(self._floor_parts(path, host, warnings), max_age_days=max_age) if max_age > 0 else None
+        if want != "auto":
+            launches, why = int(want), f"compare_launches: {want}"
+        elif floor and floor["df"] >= min_df:
+            launches = 1
+            why = (f"compare_launches auto: one launch per mode; {host}'s noise floor (launch sd "
+                   f"{100 * floor['launch_sd']:.1f}%, {floor['df']} degrees of freedom from {len(floor['runs'])} run(s) "
+                   f"younger than {max_age:g} days, {path}) holds launch-to-launch variation in the intervals")
+        else:
+            launches = 2
+            if max_age <= 0:
+                lack = "noise floors are off (compare_noise_floor_max_age_days: 0)"
+            elif floor:
+                lack = (f"{host}'s noise floor has {floor['df']} degrees of freedom, fewer than "
+                        f"compare_noise_floor_min_df ({min_df})")
+            else:
+                lack = f"{host} has no noise floor younger than {max_age:g} days ({path})"
+            why = (f"compare_launches auto: two launches per mode, A B B A: {lack}; this run measures "
+                   "launch-to-launch variation" + (" and stores it as the node's floor" if max_age > 0 else ""))
+        for text in warnings:
+            self._display.warning(text)
+        result.update(changed=False, launches=launches, noise_floor=floor, floor_path=path, msg=why)
+        if warnings:
+            result["warnings"] = warnings
+        return result
+
     @staticmethod
-    def _noise_floor(results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
+    def _floor_parts(path: str, host: str, warnings: list[str]) -> dict:
+        """The runs stored in a host's noise floor file ({run_id: part}), empty when there is none."""
+        if not os.path.isfile(path):
+            return {}
+        try:
+            return (_load_json(path) or {}).get("runs") or {}
+        except (OSError, ValueError, AttributeError) as exc:
+            warnings.append(f"{path}: not readable ({exc}); {host}'s launch noise floor starts again")
+            return {}
+
+    @classmethod
+    def _noise_floor(cls, results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
                      warnings: list[str]) -> dict | None:
         """The host's launch-to-launch noise floor (launch_noise): this run's measurement stored by run id
         (rendering it again replaces it), then the floor from every run younger than ``max_age`` days."""
         if not max_age or max_age <= 0:
             return None
         path = os.path.join(results_dir, "noise-floor", f"{host}.json")
-        parts: dict = {}
-        if os.path.isfile(path):
-            try:
-                parts = (_load_json(path) or {}).get("runs") or {}
-            except (OSError, ValueError, AttributeError) as exc:
-                warnings.append(f"{path}: not readable ({exc}); {host}'s launch noise floor starts again")
+        parts = cls._floor_parts(path, host, warnings)
         mine = launch_estimate(host_results)
         if mine:
             when = max((str(r.get("finished_at")) for r in host_results.values() if r.get("finished_at")), default=None)

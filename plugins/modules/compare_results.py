@@ -108,6 +108,19 @@ options:
         and reads none.
     type: float
     default: 30.0
+  plan_launches:
+    description:
+      - Only decide how many launches per mode a compare run makes on the one host in I(hosts) (the compare role's
+        preflight), from C(compare_launches) - a number from 1 to 10 as given, or C(auto) - once when the host's
+        noise floor (see I(noise_floor_max_age_days)) has at least I(noise_floor_min_df) degrees of freedom, else
+        twice, A B B A, so that this run measures the launch-to-launch variation and stores it.
+      - Returns C(launches), C(noise_floor), C(floor_path) and C(msg) (the reason); reads the floor file, writes
+        nothing, renders no report.
+    type: str
+  noise_floor_min_df:
+    description: With I(plan_launches=auto), the least degrees of freedom of the host's floor for one launch per mode.
+    type: int
+    default: 2
   refine:
     description:
       - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.
@@ -160,6 +173,14 @@ EXAMPLES = r"""
     hosts: [gpu-node-1, gpu-node-2]
     modes: [baseline, eagle3, ngram]
     plots: false
+
+- name: Compare | Decide the launches per mode (auto - two, A B B A, until this node has a noise floor, then one)
+  specbench.core.compare_results:
+    results_dir: "{{ specbench_results_dir }}"
+    run_id: "{{ specbench_run_id }}"
+    hosts: ["{{ inventory_hostname }}"]
+    plan_launches: auto
+  register: compare_launch_decision
 """
 
 RETURN = r"""
@@ -215,6 +236,22 @@ run_dir:
   description: The run's folder.
   returned: always
   type: str
+launches:
+  description: With I(plan_launches), the launches per mode the run makes on the host.
+  returned: with plan_launches
+  type: int
+  sample: 2
+noise_floor:
+  description:
+    - With I(plan_launches), the host's noise floor - C(launch_sd) (relative sd of one launch), C(total_sd), C(df),
+      C(runs) (the run ids pooled), C(oldest), C(max_age_days) - or null when it has none younger than the limit.
+  returned: with plan_launches
+  type: dict
+floor_path:
+  description: With I(plan_launches), the host's noise floor file.
+  returned: with plan_launches
+  type: str
+  sample: /srv/specbench/results/noise-floor/gpu-node-1.json
 warnings:
   description: Problems that did not stop the report (an unreadable results file, no matplotlib).
   returned: when any

@@ -91,7 +91,8 @@ options:
   emulator:
     description:
       - The emulator's own flags, engine C(emulator) only, with keys C(device_dir), C(profile),
-        C(time_scale), C(load_seconds), C(faults) (list) and C(args) (further C(--emulator-*) items).
+        C(time_scale), C(load_seconds), C(launch_sd), C(launch_seed), C(faults) (list) and C(args) (further
+        C(--emulator-*) items).
     type: dict
     default: {}
   adaptive_config:

@@ -18,7 +18,8 @@ CASES = [
     ({"bench_concurrency": [1, 0]}, "must be at least 1"),
     ({"bench_output_len": 0}, "bench_output_len"),
     ({"mode": "eagle3"}, "remove -e mode=eagle3"),
-    ({"compare_launches": 0}, "compare_launches must be a whole number from 1 to 10 (got 0)"),
+    ({"compare_launches": 0}, "compare_launches must be auto (two launches per mode until the node has a noise floor, "
+                              "then one) or a whole number from 1 to 10 (got 0)"),
     ({"compare_refine_ratio": 1.0}, "compare_refine_ratio a number above 1, the hi/lo width to reach"),
     ({"engine": "external", "base_url": "http://127.0.0.1:9"}, "use bench.yml -e engine=external"),
     ({"compare_traffic": [{"concurrency": 0, "share": 1}]}, "compare_traffic[0].concurrency must be a number above 0"),

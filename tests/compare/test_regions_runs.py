@@ -3,7 +3,7 @@ emulated nodes (real processes, localhost only). Three shared runs:
 
 * ``moe_run``: compare.yml on the kimi-k2.5-moe profile (speculation loses at small batches, pays at
   moderate ones, loses again) with ``compare_launches: 3``: each mode launched three times, interleaved
-  (A B A B, a fresh server each time, ``<mode>@launchN.json``), the levels pooled; the report says
+  (A B B A A B, a fresh server each time, ``<mode>@launchN.json``), the levels pooled; the report says
   ``multiple`` with the regions where the emulator's analytic model puts them.
 * ``adaptive_run`` (after moe_run): bench.yml runs eagle3-adaptive on two hosts at once, one launched
   with the table that report recommends, one with SGLang's default table; the tracking check holds
@@ -194,11 +194,13 @@ def test_compare_launches_interleaves_fresh_servers_and_pools_their_levels_into_
             launches.append((info["startup_time"], info["emulator"]["pid"], mode, n))
             assert [lv["concurrency"] for lv in result["levels"]] == MOE_LEVELS
     assert not (host_dir / "baseline.json").exists() and not (host_dir / "eagle3.json").exists()
-    # A fresh server each time (distinct pids and start times), started in the order A B A B.
+    # A fresh server each time (distinct pids and start times), started in the order A B B A A B: every
+    # even launch runs the modes in reverse, so that a drift over the run falls equally on both.
     assert len({pid for unused, pid, unused_m, unused_n in launches}) == len(launches), launches
     assert len({t for t, unused, unused_m, unused_n in launches}) == len(launches), launches
     assert [(m, n) for unused, unused_p, m, n in sorted(launches)] == \
-        [(m, n) for n in range(1, MOE_LAUNCHES + 1) for m in ("baseline", "eagle3")], launches
+        [(m, n) for n in range(1, MOE_LAUNCHES + 1)
+         for m in (("baseline", "eagle3") if n % 2 else ("eagle3", "baseline"))], launches
     # The pooled levels reach summary.json: every level of both modes from both launches.
     found = summary(run_dir, "moe")
     assert [lv["concurrency"] for lv in found["levels"]] == MOE_LEVELS

@@ -26,6 +26,8 @@ ARGUMENT_SPEC = {
     "traffic": {"type": "raw"},
     "validate_only": {"type": "bool", "default": False},
     "noise_floor_max_age_days": {"type": "float", "default": 30.0},
+    "plan_launches": {"type": "str"},
+    "noise_floor_min_df": {"type": "int", "default": 2},
     "refine": {
         "type": "dict",
         "options": {

@@ -48,7 +48,8 @@ LAUNCH_METHOD = (
     "mean over launches (levels measured in 2 or more launches of a mode), less the launches' mean window variance; "
     "degrees of freedom sum over modes of (launches - 1), as if a launch moved all its levels together; stored per "
     "node by run id, pooled over runs younger than the floor's age limit; a level measured in one launch per mode "
-    "gets t * sigma_L * sqrt(1/k_spec + 1/k_base) added in quadrature to its log half-width"
+    "gets t * sigma_L * sqrt(1/k_spec + 1/k_base) added in quadrature to its log half-width; the family-wise interval "
+    "scales that part by t's own quantile on the floor's degrees of freedom, the window part by the normal's"
 )
 MAX_AGE_DAYS = 30.0
 
@@ -134,14 +135,17 @@ def widen(rows: list[dict], floor: dict | None) -> list[int]:
         width = math.hypot(w, extra)
         row["speedup_ci95_window"] = row["speedup_ci95"]
         row["speedup_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
+        # The family-wise interval scales each part by its own quantile (intervals.family_ci).
+        row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), int(floor["df"])]]]
         done.append(row["concurrency"])
     return done
 
 
 def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict | None,
-              floor: dict | None) -> list[float] | None:
-    """A pooled level's speedup interval from the node's floor (module docstring), or None to keep its own:
-    no floor, a side measured in one launch, or a floor with no more degrees of freedom than the launches."""
+              floor: dict | None) -> tuple[list[float], list] | None:
+    """A pooled level's speedup interval from the node's floor (module docstring) and its parts (the launch
+    part on the floor's degrees of freedom, the windows' without: intervals.family_ci), or None to keep its
+    own: no floor, a side measured in one launch, or a floor with no more degrees of freedom than the launches."""
     r = _num(speedup)
     if not floor or r is None or r <= 0 or not base_level or not spec_level:
         return None
@@ -158,5 +162,8 @@ def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict |
         return None
     t = t975(int(floor["df"]))
     sd = float(floor.get("launch_sd") or 0.0)
-    width = math.sqrt(math.fsum((t * sd) ** 2 / k + w ** 2 for k, w in sides))
-    return [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
+    launch = t * sd * math.sqrt(math.fsum(1.0 / k for k, unused in sides))
+    windows = math.sqrt(math.fsum(w ** 2 for unused, w in sides))
+    width = math.hypot(launch, windows)
+    return ([round(r * math.exp(-width), 4), round(r * math.exp(width), 4)],
+            [[[round(launch, 6), int(floor["df"])]], [[round(windows, 6), None]]])

@@ -122,6 +122,10 @@ def pool_level(levels: list[dict]) -> dict:
     out["output_tok_per_s"] = round(mean, 3)
     out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
+    # The two terms the half-width is the larger of, as log half-widths with their degrees of freedom: the
+    # family-wise interval scales each by its own quantile (intervals.family_ci).
+    out["ci_terms"] = [[round(quantile * math.sqrt(between / k) / mean, 6), k - 1 if k > 1 else None],
+                       [round(Z975 * math.sqrt(within_mean) / mean, 6), None]] if mean > 0 else None
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
     out["launch_ci95"] = [[round(ci[0], 3), round(ci[1], 3)] if ci else None for unused, unused_x, ci in usable]
     out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)

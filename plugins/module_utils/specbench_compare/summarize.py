@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import math
+
 from .breakdown import (
     TERMS_METHOD,
     category_crossovers,
@@ -16,7 +18,7 @@ from .breakdown import (
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
-from .intervals import _stat, family_ci, level_figures, ratio_ci
+from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD, estimate, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
@@ -46,8 +48,9 @@ def _family_wise(rows: list[dict]) -> int:
     interval). Returns the family's size."""
     family = [r for r in rows if r["verdict"] in (PAYS, LOSES, UNCLEAR) and r.get("speedup") is not None]
     z = family_z(len(family))
+    alpha = FAMILY_ALPHA / max(1, len(family))
     for row in family:
-        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z)
+        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z, parts=row.get("ci_parts"), alpha_family=alpha)
         row["speedup_ci_family"] = _rnd_pair(ci)
         row["verdict"] = level_verdict(row["speedup"], row["speedup_ci_family"])
     cats = [c for r in family for c in r.get("categories") or [] if c.get("speedup_ci95")]
@@ -131,12 +134,17 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         if cats:
             row["categories"] = cats
         row["baseline_tok_per_s"] = _rnd(bf["throughput"], 3) if bf else None
+        row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         from_floor = pooled_ci(row["speedup"], bl, sl, launch_floor)
         if from_floor:  # pooled launches, and a node floor with more degrees of freedom (launch_noise)
             row["speedup_ci95_launches"] = row["speedup_ci95"]
-            row["speedup_ci95"] = from_floor
+            row["speedup_ci95"], row["ci_parts"] = from_floor
+        elif row["launches"] > 1 and row["speedup_ci95"] and row["speedup"]:
+            # Pooled on its own launches' spread, t on (launches - 1) degrees of freedom (pooling.pool_level):
+            # the family-wise interval scales that term by t's quantile, never the normal's (intervals.family_ci).
+            row["ci_parts"] = [lv.get("ci_terms") or [[round(log_half_width(row["speedup"], row["speedup_ci95"])
+                                                             / math.sqrt(2), 6), None]] for lv in (bl, sl)]
         row["refined"] = bool((bl or {}).get("refined") or (sl or {}).get("refined"))
-        row["launches"] = min((lv or {}).get("launches") or 1 for lv in (bl, sl))
         row[base_mode] = _mode_level_row(bl) if bl else None
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)

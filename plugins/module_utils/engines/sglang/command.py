@@ -134,10 +134,10 @@ def check_adaptive_config(cfg) -> None:
 
 
 def emulator_flags(emu: dict) -> list[str]:
-    """The emulator's own flags: device folder, profile, time scale, load time, faults, extras.
+    """The emulator's own flags: device folder, profile, time scale, load time, launch variation, faults, extras.
 
-    ``emu`` keys: device_dir, profile, time_scale, load_seconds, faults (list), args (list of
-    further ``--emulator-*`` items).
+    ``emu`` keys: device_dir, profile, time_scale, load_seconds, launch_sd, launch_seed, faults (list), args
+    (list of further ``--emulator-*`` items).
     """
     argv: list[str] = []
     if emu.get("device_dir"):
@@ -153,6 +153,21 @@ def emulator_flags(emu: dict) -> list[str]:
             except (TypeError, ValueError):
                 raise CommandError(f"sglang_server_emulator_{key} must be a positive number, got {value!r}.") from None
             argv += [flag, str(value)]
+    sd, seed = emu.get("launch_sd"), emu.get("launch_seed")
+    if sd not in (None, ""):
+        try:
+            if not 0 <= float(sd) <= 0.5:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise CommandError(f"sglang_server_emulator_launch_sd must be a relative sd from 0 to 0.5 (e.g. 0.02: "
+                               f"launches 2% apart), got {sd!r}.") from None
+        if float(sd):  # 0 is the emulator's own default: every launch alike
+            argv += ["--emulator-launch-sd", str(float(sd))]
+    if seed not in (None, "") and sd not in (None, "") and float(sd):
+        try:
+            argv += ["--emulator-launch-seed", str(int(str(seed)))]
+        except ValueError:
+            raise CommandError(f"sglang_server_emulator_launch_seed must be a whole number or unset, got {seed!r}.") from None
     faults = emu.get("faults") or []
     if not isinstance(faults, list):
         raise CommandError(f"sglang_server_emulator_faults must be a list (e.g. ['fail-start']), got {faults!r}.")

@@ -37,3 +37,41 @@ def test_the_action_stores_each_runs_part_once_and_reads_the_floor_back(tmp_path
     assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 30.0, False, warnings) == first
     assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 0.0, False, warnings) is None
     assert (tmp_path / "noise-floor" / "node.json").is_file()
+
+
+def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0) -> dict:
+    """_plan_launches as the compare role's preflight calls it (the action's other state is not used)."""
+    import types
+
+    from ansible.errors import AnsibleActionFail
+
+    owner = types.SimpleNamespace(_floor_parts=ActionModule._floor_parts,
+                                  _display=types.SimpleNamespace(warning=lambda text: None))
+    args = {"plan_launches": launches_arg, "hosts": ["node"], "results_dir": str(tmp_path),
+            "noise_floor_min_df": min_df, "noise_floor_max_age_days": max_age}
+    try:
+        return ActionModule._plan_launches(owner, {}, args, [])
+    except AnsibleActionFail as exc:
+        return {"failed": str(exc)}
+
+
+def test_auto_launches_twice_until_the_node_has_a_floor_then_once(tmp_path):
+    """compare_launches: auto (issue 36, item 2): two launches (A B B A) while the host has no floor younger
+    than the limit with noise_floor_min_df degrees of freedom, one after; a number is taken as given."""
+    first = plan(tmp_path, "auto")
+    assert first["launches"] == 2 and first["noise_floor"] is None
+    assert "two launches per mode, A B B A: node has no noise floor younger than 30 days" in first["msg"]
+    rng = random.Random(3607)
+    two = {"baseline": launches(rng, "baseline", 0.03, 2), "eagle3": launches(rng, "eagle3", 0.03, 2)}
+    for r in two.values():
+        r["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
+    ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, [])
+    after = plan(tmp_path, "auto")
+    assert after["launches"] == 1 and after["noise_floor"]["df"] == 2 and "one launch per mode" in after["msg"]
+    thin = plan(tmp_path, "AUTO", min_df=4)
+    assert thin["launches"] == 2 and "has 2 degrees of freedom, fewer than compare_noise_floor_min_df (4)" in thin["msg"]
+    off = plan(tmp_path, "auto", max_age=0.0)
+    assert off["launches"] == 2 and "noise floors are off" in off["msg"]
+    assert plan(tmp_path, "3")["launches"] == 3 and plan(tmp_path, "1")["launches"] == 1
+    assert "compare_launches must be auto or a whole number from 1 to 10 (got '0')" in plan(tmp_path, "0")["failed"]
+    assert "compare_noise_floor_min_df must be 1 or more" in plan(tmp_path, "auto", min_df=0)["failed"]

@@ -60,3 +60,17 @@ def test_bad_arguments_fail_with_a_message(capsys, change, message):
     args = {k: v for k, v in {**EXAMPLE, **change}.items() if v is not None}
     code, result = run_module(capsys, args)
     assert code == 1 and result["failed"] is True and message in result["msg"], result
+
+
+def test_the_emulators_launch_variation_is_rendered_and_checked(capsys):
+    """sglang_server_emulator_launch_sd (issue 36): --emulator-launch-sd with its seed; 0 renders nothing (the
+    emulator's own default); a value outside 0-0.5 fails naming the variable and an example."""
+    emu = {**EXAMPLE, "engine": "emulator", "emulator_path": "/opt/specbench/sglang_emulator"}
+    code, result = run_module(capsys, {**emu, "emulator": {"launch_sd": "0.02", "launch_seed": "7"}})
+    assert code == 0, result
+    at = result["args"].index("--emulator-launch-sd")
+    assert result["args"][at:at + 4] == ["--emulator-launch-sd", "0.02", "--emulator-launch-seed", "7"]
+    code, result = run_module(capsys, {**emu, "emulator": {"launch_sd": 0, "launch_seed": None}})
+    assert code == 0 and "--emulator-launch-sd" not in result["args"], result
+    code, result = run_module(capsys, {**emu, "emulator": {"launch_sd": "0.9"}})
+    assert code == 1 and "sglang_server_emulator_launch_sd must be a relative sd from 0 to 0.5" in result["msg"]

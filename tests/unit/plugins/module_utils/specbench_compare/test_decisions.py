@@ -9,6 +9,7 @@ A 95% interval shows 95 +- 1.3% over 300 draws: 90% lies 3.8 standard deviations
 
 from __future__ import annotations
 
+import datetime
 import math
 import random
 
@@ -115,7 +116,11 @@ def test_a_failed_launch_of_two_keeps_its_level_failed_and_the_run_incomplete():
                       else level(c, base_curve(c) * r * math.exp(rng.gauss(0, 0.01)), 0.02) for c in SEED_LEVELS]
             launches.append((None if n == 0 else "launch2", result(mode, levels)))
         runs[mode] = cmp.pool_runs(launches)
-    summary = cmp.summarize_host(runs, "node", "run")
+    # As compare_results does: the launch variation this run measured is the node's floor (2 degrees of
+    # freedom, more than each level's own 1), so the pooled levels read it (launch_noise.pooled_ci).
+    part = dict(cmp.launch_estimate(runs), measured_at="2026-03-01T00:00:00+00:00")
+    floor = cmp.launch_floor_from({"run": part}, now=datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC))
+    summary = cmp.summarize_host(runs, "node", "run", launch_floor=floor)
     row5 = next(r for r in summary["levels"] if r["concurrency"] == 5)
     assert row5["verdict"] == "failed" and "launch launch2 of 2 failed at C=5" in row5["failed"]
     assert summary["complete"] is False

@@ -1,0 +1,129 @@
+"""The default design end to end (issue 36, item 2): launch-to-launch variation is measured, not assumed away.
+
+compare.yml twice on one emulated node, with the defaults a user gets (``compare_launches: auto``, the
+emulator's ``sglang_server_emulator_launch_sd`` as on a real node), through ansible-runner:
+
+1. The node has no noise floor: every mode is launched twice, in A B B A order, each launch a fresh
+   server at its own speed; the levels are pooled, the launch variation is measured and stored as the
+   node's floor (``<results_dir>/noise-floor/<host>.json``), and every interval holds it.
+2. The same node again: its floor is there, so each mode is launched once, and every level's interval
+   is widened by the floor (the window-only interval kept beside it).
+
+What this proves is the wiring, on real processes: the decision, the order, the emulator's variation
+reaching the results, the floor written and read. Whether the intervals cover is the simulation's to
+say (benchmarks/decision_coverage.py launch, floor, floor2; tests/unit/.../test_launch_noise.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from compare_kit import node_vars, run_playbook
+from specbench_testkit import ROOT, free_port, inventory, kill_node_servers
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+HOST = "floor"
+LEVELS = [1, 16]
+RUN_TIMEOUT_S = 600
+
+
+def role_default(role: str, name: str):
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("launch-floor")
+    node = tmp / "node-floor"
+    # The roles' own defaults, which the suite otherwise pins (specbench_testkit.PINNED): this test is about them.
+    defaults = {"compare_launches": role_default("compare", "compare_launches"),
+                "sglang_server_emulator_launch_sd": role_default("sglang_server", "sglang_server_emulator_launch_sd")}
+    # Real time (time scale 1): the emulator and the client stay light beside the rest of the suite.
+    hosts = {HOST: node_vars(node, free_port(), time_scale=1.0, bench_concurrency=LEVELS, bench_input_len=32,
+                             bench_output_len=32, bench_warmup_s=1, bench_window_s=2)}
+    runs = {}
+    try:
+        for run_id in ("first", "second"):
+            runs[run_id] = run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
+                                        extravars={"results_dir": str(tmp / "results"), "run_id": run_id,
+                                                   "compare_plots": False, **defaults},
+                                        timeout=RUN_TIMEOUT_S)
+            assert runs[run_id].rc == 0, runs[run_id].stdout[-5000:]
+    finally:
+        kill_node_servers(node)
+    return runs, tmp / "results", defaults
+
+
+def summary(results: Path, run_id: str) -> dict:
+    return json.loads((results / run_id / HOST / "summary.json").read_text())
+
+
+def test_the_defaults_are_auto_and_a_real_nodes_launch_variation(two_runs):
+    unused, unused_results, defaults = two_runs
+    assert defaults == {"compare_launches": "auto", "sglang_server_emulator_launch_sd": 0.02}
+
+
+def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it_measured(two_runs):
+    runs, results, unused = two_runs
+    decided = runs["first"].task("Decide the launches per mode", HOST)
+    assert decided["launches"] == 2 and decided["noise_floor"] is None, decided
+    assert "compare_launches auto: two launches per mode, A B B A" in decided["msg"]
+    assert f"{HOST} has no noise floor younger than 30 days" in decided["msg"]
+    host_dir = results / "first" / HOST
+    launches = []
+    for mode in ("baseline", "eagle3"):
+        assert not (host_dir / f"{mode}.json").exists()
+        for n in (1, 2):
+            info = json.loads((host_dir / f"{mode}@launch{n}.json").read_text())["server"]["server_info"]
+            emu = info["emulator"]
+            # Each launch drew its own speed, at the default sd: the variation reached the server.
+            assert emu["launch_sd"] == 0.02, emu
+            launches.append((info["startup_time"], mode, n, emu["launch_factor"]))
+    # A fresh server each time, in A B B A order: a drift over the run falls equally on both modes.
+    assert [(m, n) for unused_t, m, n, unused_f in sorted(launches)] == \
+        [("baseline", 1), ("eagle3", 1), ("eagle3", 2), ("baseline", 2)], launches
+    assert len({f for unused_t, unused_m, unused_n, f in launches}) == 4, launches
+    floor = json.loads((results / "noise-floor" / f"{HOST}.json").read_text())
+    part = floor["runs"]["first"]
+    # Two modes, two launches each: 2 degrees of freedom; a level a launch did not keep up with measures nothing.
+    assert floor["host"] == HOST and part["df"] == 2 and 1 <= part["df_levels"] <= 2 * len(LEVELS), part
+    found = summary(results, "first")
+    variation = found["launch_variation"]
+    assert variation["held"] is True and variation["measured"]["df"] == 2, variation
+    # Each level pooled from both launches has the floor's interval (2 degrees of freedom, more than its own 1),
+    # its own kept beside it.
+    pooled = [lv for lv in found["levels"] if lv["launches"] == 2 and lv["speedup"] is not None]
+    assert pooled, found["levels"]
+    assert all(lv["speedup_ci95_launches"] for lv in pooled), pooled
+
+
+def test_the_next_run_reads_the_floor_launches_once_and_widens_every_level(two_runs):
+    runs, results, unused = two_runs
+    decided = runs["second"].task("Decide the launches per mode", HOST)
+    assert decided["launches"] == 1 and decided["noise_floor"]["runs"] == ["first"], decided
+    assert "compare_launches auto: one launch per mode" in decided["msg"]
+    assert f"{HOST}'s noise floor (launch sd" in decided["msg"]
+    host_dir = results / "second" / HOST
+    assert (host_dir / "baseline.json").is_file() and (host_dir / "eagle3.json").is_file()
+    assert not list(host_dir.glob("*@launch*.json"))
+    found = summary(results, "second")
+    variation = found["launch_variation"]
+    assert variation["held"] is True and variation["floor"]["runs"] == ["first"] and variation["floor"]["df"] == 2
+    measured = [lv for lv in found["levels"] if lv["speedup"] is not None]
+    widened = found["comparisons"]["eagle3"]["launch_variation"]["widened"]
+    # Every level is widened by the floor's launch sd; from 2 degrees of freedom that estimate may be 0 (the
+    # launches differed no more than their windows said: launch_noise.floor_from), and then nothing is.
+    if variation["floor"]["launch_sd"] > 0:
+        assert measured and sorted(widened) == [lv["concurrency"] for lv in measured], (widened, measured)
+        for lv in measured:
+            window, held = lv["speedup_ci95_window"], lv["speedup_ci95"]
+            assert held[0] < window[0] and window[1] < held[1], lv
+    else:
+        assert widened == [], (variation, widened)
+    assert "noise floor" in (host_dir / "report.md").read_text()
+    # The floor file still holds the first run alone: a one-launch run measures no variation.
+    assert list(json.loads((results / "noise-floor" / f"{HOST}.json").read_text())["runs"]) == ["first"]
