@@ -30,6 +30,11 @@ sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000):
   categories per-category accept length, acceptance varying by prompt: coverage at 3, 10, 30 requests
   choice     vLLM mode choice: n-gram 1.03x at 4 levels against EAGLE-3 1.6x at 3
   failed     a failed launch of two: the level and the run's completeness
+  windows    one window's 95% interval of a simulated closed loop's rate (tests/closed_loop.py) under a
+             5% AR(1) drift with correlation times of 1-60 request durations, windows of 50-400: the
+             share of windows warned (summarize's "correlation times of its rate" warning, or no
+             interval), the coverage of the unwarned ones, the median half-width against the rule
+             before (batches and warning from Geyer's estimate alone); truth = the loop's long-run rate
 
 Run: .venv/bin/python benchmarks/decision_coverage.py [--runs 1000] [--only tie,launch,...]
 """
@@ -44,14 +49,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))  # closed_loop: the simulated closed loop the window tests use
 sys.path.insert(0, str(ROOT / "tests" / "compare"))
 sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "files"))
 
+from closed_loop import closed_loop_window, request_duration, true_rate  # noqa: E402
 from compare_synth import level, result  # noqa: E402
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp  # noqa: E402
-from ansible_collections.specbench.core.plugins.module_utils.specbench_client import categories  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import categories, stats  # noqa: E402
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.summary import (  # noqa: E402
+    MAX_BINS,
+    request_ratio_ci,
+    window_interval,
+)
 
 SEED_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
 Z = 1.959964
@@ -113,7 +125,7 @@ def claims(comp: dict) -> list[str]:
 
 
 def rate(hits: int, n: int) -> str:
-    return f"{100.0 * hits / n:5.1f}% ({hits}/{n})"
+    return f"{100.0 * hits / n:5.1f}% ({hits}/{n})" if n else f"    --  ({hits}/{n})"
 
 
 def table_speculates(table: dict | None, bs: int) -> bool:
@@ -352,9 +364,77 @@ def scen_failed(runs: int, rng: random.Random) -> None:
           f"{comp['speculate_ranges']}; table {comp['adaptive_table']}")
 
 
+# The windows scenario's loop: the unit tests' C=8 case (tests/unit/.../test_level_intervals.py), a
+# request of 9.1 s, under a drift of 5% whose integrated correlation time is WINDOW_TAUS request
+# durations (an AR(1) with time constant half that); windows of WINDOW_LENGTHS request durations.
+WINDOW_LOOP = {"streams": 8, "tokens": 256, "speed": 30.0, "spread": 0.3, "ttft": 0.3}
+WINDOW_DRIFT_SD = 0.05
+WINDOW_TAUS = (1, 5, 20, 40, 60)
+WINDOW_LENGTHS = (50, 100, 200, 400)
+
+
+def geyer_rule_interval(fine: list, window: float, requests: tuple) -> tuple[list | None, bool]:
+    """(interval, warned) by the rule before issue 36 item 6: batches of BATCH_TAUS times Geyer's
+    estimate (and one request), warned below MIN_CORRELATION_TIMES of Geyer's estimate; the wider
+    of that and the requests' ratio interval, over the same bins as summary.window_interval."""
+    tokens, durations = requests
+    group = -(-len(fine) // MAX_BINS)
+    coarse = [sum(fine[i:i + group]) / group for i in range(0, len(fine) - group + 1, group)]
+    coarse_s = window / len(fine) * group
+    tau = stats.integrated_autocorr_time(coarse)
+    floor = math.ceil(sum(durations) / len(durations) / coarse_s)
+    batch = max(1, floor, math.ceil(stats.BATCH_TAUS * tau))
+    cis = [stats.overlapping_batch_means_ci95(coarse, batch)[1],
+           request_ratio_ci(tokens, durations, sum(fine) / len(fine))]
+    cis = [ci for ci in cis if ci]
+    ci = max(cis, key=lambda c: c[1] - c[0]) if cis else None
+    return ci, ci is None or len(coarse) / tau < stats.MIN_CORRELATION_TIMES
+
+
+def scen_windows(runs: int, rng: random.Random) -> None:
+    loop = WINDOW_LOOP
+    duration = request_duration(loop["tokens"], loop["speed"], loop["spread"], loop["ttft"])
+    truth = true_rate(**loop)
+    print(f"== one window's interval: closed loop C={loop['streams']}, {loop['tokens']} tokens at {loop['speed']:g} "
+          f"tok/s +-{100 * loop['spread']:.0f}%, TTFT {loop['ttft']:g} s (a request {duration:.1f} s), a "
+          f"{100 * WINDOW_DRIFT_SD:.0f}% AR(1) drift; correlation time (tau) and window (W) in request durations")
+    print("  warned: summarize's correlation warning, or no interval; covered: the unwarned windows whose interval "
+          "holds the truth; either: covered or warned; width: median half-width now / before, same windows")
+    print(f"  {'tau':>3} {'W':>4} | {'now: warned':>11} {'unwarned covered':>20} {'either':>6} | "
+          f"{'before: warned':>14} {'unwarned covered':>20} {'either':>6} | width")
+    for tau in WINDOW_TAUS:
+        for length in WINDOW_LENGTHS:
+            window = length * duration
+            now = {"warned": 0, "covered": 0}
+            before = {"warned": 0, "covered": 0}
+            ratios = []
+            for _ in range(runs):
+                fine, requests = closed_loop_window(rng, loop["streams"], loop["tokens"], loop["speed"],
+                                                    loop["spread"], loop["ttft"], window, tau * duration / 2,
+                                                    WINDOW_DRIFT_SD)
+                found = window_interval(fine, window, requests)
+                ci = found["ci"]
+                old, old_warned = geyer_rule_interval(fine, window, requests)
+                for tally, interval, flag in ((now, ci, ci is None or found["warning"] is not None),
+                                              (before, old, old_warned)):
+                    tally["warned"] += flag
+                    tally["covered"] += not flag and interval[0] <= truth <= interval[1]
+                if ci and old:
+                    ratios.append((ci[1] - ci[0]) / (old[1] - old[0]))
+            ratios.sort()
+            width = ratios[len(ratios) // 2] if ratios else float("nan")
+            cells = []
+            for tally in (now, before):
+                unwarned = runs - tally["warned"]
+                either = 100 * (tally["covered"] + tally["warned"]) / runs
+                cells.append(f"{100 * tally['warned'] / runs:10.1f}% {rate(tally['covered'], unwarned):>20} "
+                             f"{either:5.1f}%")
+            print(f"  {tau:>3} {length:>4} | {cells[0]} |    {cells[1]} | x{width:.2f}")
+
+
 SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2,
              "smooth": scen_smooth, "traffic": scen_traffic, "categories": scen_categories, "choice": scen_choice,
-             "failed": scen_failed}
+             "failed": scen_failed, "windows": scen_windows}
 
 
 def main() -> int:

@@ -190,6 +190,35 @@ def request_ratio_ci(tokens: list, durations: list, mean: float) -> list[float] 
     return [mean / (1 + rel), mean / (1 - rel)]
 
 
+def correlation_warning(bins: int, tau: float, bound: float, bin_s: float) -> str | None:
+    """Why one window's interval may miss slower swings of its rate, or None: over ``bins`` bins of
+    ``bin_s`` s, with Geyer's correlation time ``tau`` and its upper bound ``bound`` (in bins,
+    stats.batch_length),
+
+    * the window holds fewer than MIN_CORRELATION_TIMES correlation times by Geyer's estimate;
+    * or the correlation time is not pinned down: two batches of BATCH_TAUS times the bound do not
+      fit, so the window has no batch-means interval (only the requests' ratio interval, which
+      does not see the node's slower swings).
+
+    The bound sets the batches (the interval widens with it) but does not otherwise warn: in the
+    coverage simulation (benchmarks/decision_coverage.py, windows) warning below
+    MIN_CORRELATION_TIMES of the bound warned the very windows whose intervals it had widened, and
+    those left unwarned covered less (300 draws): 85 % against 91 % under a drift correlated over 40 requests in
+    windows of 400, 77 % against 87 % over 60 (a slow drift that stays on one side of its mean for a
+    whole window looks calm there, so the windows that look calmest hold its largest offsets)."""
+    held, tau_s, bound_s = bins / tau, tau * bin_s, bound * bin_s
+    if held < MIN_CORRELATION_TIMES:
+        return (f"the window holds only {held:.1f} correlation times of its rate (each {tau_s:.3g} s, at most "
+                f"{bound_s:.3g} s): slower swings than it can see may move the figure beyond its interval; "
+                f"lengthen the window to at least {MIN_CORRELATION_TIMES} correlation times")
+    if 2 * math.ceil(BATCH_TAUS * bound) > bins:
+        return (f"the window cannot pin down the correlation time of its rate: estimated {tau_s:.3g} s but up to "
+                f"{bound_s:.3g} s (95 % bound), which leaves no two batches of {BATCH_TAUS} correlation times "
+                "for its interval: slower swings than it can see may move the figure beyond its interval; "
+                "lengthen the window")
+    return None
+
+
 def window_interval(fine: list, window: float, requests: tuple | None = None, step: float = 0.0) -> dict:
     """The 95 % interval of one window's mean rate, valid for autocorrelated rates.
 
@@ -198,18 +227,22 @@ def window_interval(fine: list, window: float, requests: tuple | None = None, st
 
     * overlapping batch means (stats.overlapping_batch_means_ci95) over the bins, grouped into
       bins of at least 4 inter-token latencies (a few decode steps: their bursts of tokens do not
-      pass for noise), with batches at least BATCH_TAUS integrated correlation times (Geyer) and
-      one request duration long (rates less than a request apart share most of their requests);
-      none when the window holds fewer than two such batches;
+      pass for noise), with batches at least BATCH_TAUS integrated correlation times and one request
+      duration long (rates less than a request apart share most of their requests), the correlation
+      time taken at its upper 95 % bound (stats.batch_length: Geyer's estimate from the same window
+      runs low where the window holds few correlation times, and there the batches and the interval
+      widen); none when the window holds fewer than two such batches;
     * the requests' ratio interval (request_ratio_ci), which holds with a few requests per window.
 
     No interval when the window holds fewer than MIN_REQUESTS_FOR_INTERVAL request durations and
     fewer than MANY_REQUESTS requests were sent in it.
 
-    Returns ``ci``, ``method``, ``tau_s`` (the rate's correlation time), ``correlation_times``
-    (window / tau_s) and ``batch_s``.
+    Returns ``ci``, ``method``, ``tau_s`` (the rate's correlation time, Geyer's estimate),
+    ``tau_bound_s`` (its upper 95 % bound), ``correlation_times`` (window / tau_s), ``batch_s`` and
+    ``warning`` (correlation_warning; None when the window pins its correlation down).
     """
-    out = {"ci": None, "method": None, "tau_s": None, "correlation_times": None, "batch_s": None}
+    out = {"ci": None, "method": None, "tau_s": None, "tau_bound_s": None, "correlation_times": None,
+           "batch_s": None, "warning": None}
     if not fine or window <= 0:
         return out
     tokens, durations = requests or ([], [])
@@ -224,14 +257,16 @@ def window_interval(fine: list, window: float, requests: tuple | None = None, st
     if len(coarse) >= 4:
         coarse_s = bin_s * group
         floor = int(math.ceil(duration / coarse_s)) if duration else 1
-        batch, tau = batch_length(coarse, floor)
-        out.update(tau_s=round(tau * coarse_s, 4), correlation_times=round(len(coarse) / tau, 2),
-                   batch_s=round(batch * coarse_s, 4))
+        batch, tau, bound = batch_length(coarse, floor)
+        out.update(tau_s=round(tau * coarse_s, 4), tau_bound_s=round(bound * coarse_s, 4),
+                   correlation_times=round(len(coarse) / tau, 2), batch_s=round(batch * coarse_s, 4),
+                   warning=correlation_warning(len(coarse), tau, bound, coarse_s))
         ci, df = overlapping_batch_means_ci95(coarse, batch)[1:]
         if ci:
             named.append((f"overlapping batch means over {len(coarse)} bins of {coarse_s:.3g} s: batches of "
                           f"{batch * coarse_s:.3g} s (at least {BATCH_TAUS} correlation times of "
-                          f"{tau * coarse_s:.3g} s" + (f" and one request of {duration:.3g} s" if duration else "")
+                          f"{bound * coarse_s:.3g} s, the upper 95 % bound of the estimate "
+                          f"{tau * coarse_s:.3g} s" + (f", and one request of {duration:.3g} s" if duration else "")
                           + f"), {df:.1f} degrees of freedom", ci))
     ci = request_ratio_ci(tokens, durations, mean)
     if ci:
@@ -326,12 +361,15 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         for kind, msg in raw["examples"].items():
             examples.setdefault(kind, msg)
     level: dict = {}
+    correlation_note = None
     if len(rates) >= 2:
         mean, ci = mean_ci95(rates)
         method = f"t-interval over {len(rates)} repeats"
     elif rates:
         mean, ci, method, found = rates[0], *single_window_ci(raws, batch_rates, windows[0])
-        level["window_correlation"] = {k: found[k] for k in ("tau_s", "correlation_times", "batch_s")}
+        level["window_correlation"] = {k: found[k] for k in ("tau_s", "tau_bound_s", "correlation_times",
+                                                             "batch_s")}
+        correlation_note = found["warning"]
     else:
         mean, ci, method = None, None, None
     level["output_tok_per_s"] = round(mean, 3) if mean is not None else None
@@ -441,12 +479,8 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
         warnings.append(f"the window ({windows[0]:.3g} s) covers only {windows[0] / e2e_mean:.1f} request durations "
                         f"({e2e_mean:.3g} s each): its interval cannot see slower swings; lengthen the window or "
                         "measure across launches (compare_launches)")
-    held = (level.get("window_correlation") or {}).get("correlation_times")
-    if held is not None and held < MIN_CORRELATION_TIMES:
-        warnings.append(f"the window holds only {held:.1f} correlation times of its rate (each "
-                        f"{level['window_correlation']['tau_s']:.3g} s): slower swings than it can see may move the "
-                        f"figure beyond its interval; lengthen the window to at least {MIN_CORRELATION_TIMES} "
-                        "correlation times")
+    if correlation_note:
+        warnings.append(correlation_note)
     if len(windows) == 1 and rates and ci is None and ok:
         warnings.append("the window is too short for an interval (it needs two batches of at least one request "
                         "duration and a few correlation times each): lengthen the window")

@@ -1,80 +1,34 @@
 """A level's interval from one window (specbench_client.summary.window_interval), checked by
 simulation: pure computation, fixed seeds, a few seconds.
 
-A simulated closed loop: C streams, each request waits its prefill (TTFT) then decodes its tokens
-at its own speed (each request's speed drawn uniformly within +-A of the mean: accept lengths and
-batch mixes differ from request to request), the window's rate in fine bins; optionally the whole
-node drifts (AR(1), multiplicative). The true mean rate is known exactly (renewal-reward):
-C * L / (TTFT + L * E[1 / speed]), the drift having mean 1 and being independent of the streams.
+A simulated closed loop (tests/closed_loop.py, which benchmarks/decision_coverage.py's ``windows``
+scenario uses too): C streams, each request waits its prefill (TTFT) then decodes its tokens at its
+own speed (each request's speed drawn uniformly within +-A of the mean), the window's rate in fine
+bins; optionally the whole node drifts (AR(1), multiplicative). The true mean rate is known
+exactly (renewal-reward): C * L / (TTFT + L * E[1 / speed]).
 
 Coverage: a nominal 95 % interval, counted as covering only when it exists and holds the truth, must
 cover in at least 90 % of the windows (the issue's bound). The seeds are fixed, so each figure is
-the same on every run; what they gave when written (300 draws): 3 requests a window 96 %, C=8 96 %,
-C=8 with a drift 93 %, C=32 with a drift 93 %, C=64 with 1.7 requests a window 97 %; AR(1) over 50
-bins with tau 3 covered 91 %, with tau 8.4 and 49 (too few correlation times: warned) covered or
-warned in 90 and 96 % (the tau 8.4 case sits on the bound: the issue's hardest short window).
+the same on every run; what they gave (300 draws) with batches from the correlation time's upper
+bound (issue 36 item 6; before it, from Geyer's estimate, in brackets): 3 requests a window 96 %
+(96), C=8 97 % (96), C=8 with a drift 96 % (93), C=32 with a drift 93 % (93), C=64 with 1.7 requests
+a window 97 % (97); AR(1) over 50 bins with tau 3 covered 96 % (91), with tau 8.4 and 49 (too few
+correlation times: warned) covered or warned in 94 and 98 % (90 and 96).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import zlib
 
 import pytest
+from closed_loop import closed_loop_window, request_duration, true_rate
 from specbench_testkit import ar1
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import stats
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.summary import window_interval
 
 DRAWS = 300
-BINS = 500  # the client's fine bins per window: batches x FINE_BINS_PER_BATCH
-
-
-def closed_loop_window(rng: random.Random, streams: int, tokens: int, speed: float, spread: float, ttft: float,
-                       window: float, drift_tau_s: float = 0.0, drift_sd: float = 0.0) -> tuple[list, tuple]:
-    """(the window's rate in BINS fine bins, (tokens, durations) of the requests sent in it): each
-    stream starts at a random phase of a long warmup, so the window sees the loop's steady state."""
-    bin_s = window / BINS
-    tok = [0.0] * BINS  # tokens in the bins where a request starts or ends
-    level = [0.0] * (BINS + 1)  # rate changes, for the bins a request fills (a difference array)
-    durations = []
-    for _stream in range(streams):
-        t = -rng.uniform(2, 4) * (ttft + tokens / speed)
-        while t < window:
-            rate = speed * (1 + spread * rng.uniform(-1, 1))
-            start, end = t + ttft, t + ttft + tokens / rate
-            if 0 <= t < window:
-                durations.append(end - t)
-            if end > 0 and start < window:
-                add_span(tok, level, max(0.0, start), min(window, end), rate, bin_s)
-            t = end
-    rate = 0.0
-    for k in range(BINS):
-        rate += level[k]
-        tok[k] += rate * bin_s
-    drift = [0.0] * BINS
-    if drift_sd:
-        drift = ar1(rng, BINS, math.exp(-bin_s / drift_tau_s), drift_sd)
-    return [tok[k] / bin_s * (1 + drift[k]) for k in range(BINS)], ([tokens] * len(durations), durations)
-
-
-def add_span(tok: list, level: list, start: float, end: float, rate: float, bin_s: float) -> None:
-    """Tokens at ``rate`` from ``start`` to ``end``: the edge bins directly, the bins between as a level."""
-    lo, hi = int(start / bin_s), min(len(tok) - 1, int(end / bin_s))
-    if lo == hi:
-        tok[lo] += rate * (end - start)
-        return
-    tok[lo] += rate * ((lo + 1) * bin_s - start)
-    if hi < len(tok):
-        tok[hi] += rate * (end - hi * bin_s)
-    level[lo + 1] += rate
-    level[hi] -= rate
-
-
-def true_rate(streams: int, tokens: int, speed: float, spread: float, ttft: float) -> float:
-    inv_speed = math.log((1 + spread) / (1 - spread)) / (2 * spread * speed) if spread else 1 / speed
-    return streams * tokens / (ttft + tokens * inv_speed)
 
 
 # (name, streams, tokens, speed tok/s per stream, spread, TTFT s, window s, drift time constant s, drift sd).
@@ -90,8 +44,8 @@ CASES = [
 
 
 def coverage(name, streams, tokens, speed, spread, ttft, window, drift_tau, drift_sd, draws=DRAWS):
-    """(covered, claimed, flagged) over ``draws`` windows: flagged = the window holds fewer than
-    MIN_CORRELATION_TIMES correlation times (summarize warns)."""
+    """(covered, claimed, flagged) over ``draws`` windows: flagged = window_interval's correlation
+    warning (summarize warns)."""
     rng = random.Random(zlib.crc32(name.encode()))
     truth = true_rate(streams, tokens, speed, spread, ttft)
     covered = claimed = flagged = 0
@@ -101,7 +55,7 @@ def coverage(name, streams, tokens, speed, spread, ttft, window, drift_tau, drif
         ci = found["ci"]
         claimed += ci is not None
         covered += ci is not None and ci[0] <= truth <= ci[1]
-        flagged += (found["correlation_times"] or 0) < stats.MIN_CORRELATION_TIMES
+        flagged += found["warning"] is not None
     return covered, claimed, flagged
 
 
@@ -142,7 +96,43 @@ def test_ar1_series_of_50_bins_are_covered_or_flagged(tau_bins):
         ci = found["ci"]
         hit = ci is not None and ci[0] <= 100.0 <= ci[1]
         hits += hit
-        honest += hit or found["correlation_times"] < stats.MIN_CORRELATION_TIMES
+        honest += hit or found["warning"] is not None
     assert honest / DRAWS >= 0.90, (hits / DRAWS, honest / DRAWS)
     if tau_bins * stats.MIN_CORRELATION_TIMES <= 50:
         assert hits / DRAWS >= 0.90, hits / DRAWS
+
+
+# Issue 36, item 6: a drift correlated over 20 request durations in a window of 400 (20 of its
+# correlation times). Geyer's estimate from the window runs low (its autocovariances are about the
+# window's own mean, its sum stops at the first noisy negative pair), so batches of twice it were
+# too short: the windows left unwarned covered 349 of 398 with this seed (87.7 %; 88.6 % over 600
+# other draws). With the batches from its upper bound (stats.correlation_time_bound): 366 of 398 (92 %).
+# The bound, binomially: nearly all N windows are unwarned here (the rule warns 1 % of them) and a
+# coverage p measured over N has a standard deviation sqrt(p (1 - p) / N). At N = 400 an interval
+# covering its nominal 95 % has 1.1 %, so the 90 % bound lies 4.6 of them below it; the 93 % this
+# rule covered over 600 other draws (1.3 % at N = 400) lies 2.3 above the bound, the rule before's
+# 88.6 % 0.9 below it. 400 windows of 400 request durations at C=8: about 3 s.
+SLOW_DRIFT_DRAWS = 400
+
+
+def test_windows_unwarned_under_a_slow_drift_cover():
+    """C=8, 256 tokens (a request of 9.1 s), a 5 % drift with an integrated correlation time of 20
+    request durations, windows of 400 request durations: the windows window_interval does not warn
+    of (no correlation warning, an interval) hold the true rate in at least 90 % of the draws."""
+    streams, tokens, speed, spread, ttft = 8, 256, 30.0, 0.3, 0.3
+    duration = request_duration(tokens, speed, spread, ttft)
+    window = 400 * duration
+    truth = true_rate(streams, tokens, speed, spread, ttft)
+    rng = random.Random(zlib.crc32(b"a drift over 20 requests, a window of 400"))
+    unwarned = covered = 0
+    for _draw in range(SLOW_DRIFT_DRAWS):
+        fine, requests = closed_loop_window(rng, streams, tokens, speed, spread, ttft, window, 20 * duration / 2,
+                                            0.05)
+        found = window_interval(fine, window, requests)
+        ci = found["ci"]
+        if ci is None or found["warning"] is not None:
+            continue
+        unwarned += 1
+        covered += ci[0] <= truth <= ci[1]
+    assert unwarned >= 0.9 * SLOW_DRIFT_DRAWS, unwarned
+    assert covered >= 0.90 * unwarned, (covered, unwarned)
