@@ -203,8 +203,8 @@ def scen_floor(runs: int, rng: random.Random) -> None:
 
 
 def scen_floor2(runs: int, rng: random.Random) -> None:
-    print("== two launches per mode (A B B A; compare_launches: auto on a node without a floor), the node's floor from this run alone or with 2 earlier runs "
-          "(8 levels, +-2% windows)")
+    print("== two launches per mode (A B B A; compare_launches: auto on a node without a floor), the node's floor "
+          "from this run alone or with 2 earlier runs (8 levels, +-2% windows)")
     import datetime  # noqa: PLC0415 - only this scenario needs a clock
     now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
     for earlier in (0, 2):
