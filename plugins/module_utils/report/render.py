@@ -330,8 +330,8 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         held = ("held: levels measured in several launches carry it in their spread" if launch.get("held") and not floor
                 else f"held: this node's noise floor, sd {100 * floor['launch_sd']:.1f}% per launch on {floor['df']} "
                      f"degrees of freedom from {len(floor['runs'])} run(s)" if floor
-                else "NOT held: one launch per mode and no noise floor for this node yet (compare_launches: 2 once "
-                     "measures and stores it)")
+                else "NOT held: one launch per mode and no noise floor for this node yet (compare_launches: auto, the "
+                     "default, launches twice on such a node: it measures and stores it)")
         lines.append(f"- Launch-to-launch variation ({held}): {method.get('launch_variation')}.")
     lines.append(f"- Crossover: {method.get('crossover')}.")
     if summary.get("output_match"):

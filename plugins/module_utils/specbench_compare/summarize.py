@@ -161,8 +161,8 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
                      f"in the intervals of the {len(single)} level(s) measured in one launch per mode")
     elif single:
         notes.append("launch-to-launch variation is NOT in the intervals: every level was measured in one launch per "
-                     "mode and this node has no noise floor yet (run compare with compare_launches: 2 once: it measures "
-                     "and stores it); a second launch may read outside these intervals")
+                     "mode and this node has no noise floor yet (compare_launches: auto, the default, launches each mode "
+                     "twice on such a node: it measures and stores it); a second launch may read outside these intervals")
     if borrowed:
         notes.append(f"per-stream and TPOT intervals: {BORROWED_NOTE}")
     return {
