@@ -226,7 +226,8 @@ def _kill(pid: int, sig: int = signal.SIGKILL, group: bool = False) -> bool:
 def kill_node_servers(node_dir: Path, rounds: int = 50) -> list[int]:
     """SIGKILL what a test's node folder recorded or whose device files it holds; nothing else.
 
-    A server group recorded in ``node_dir/state/server*.json`` is signalled only while its leader
+    A server group recorded in ``node_dir/state/servers/<port>.json`` (one record per launch) or the
+    older ``node_dir/state/server.json`` is signalled only while its leader
     is still the recorded process (same start time, when recorded) and its command line names
     ``node_dir``. Then every holder of a device folder under ``node_dir`` (a folder with an
     ``nvidiactl``), again until none is left (workers that outlive their parent). Returns the
@@ -235,7 +236,7 @@ def kill_node_servers(node_dir: Path, rounds: int = 50) -> list[int]:
     node_dir = Path(node_dir)
     killed = []
     state = node_dir / "state"
-    for path in sorted(state.glob("server*.json")) if state.is_dir() else []:
+    for path in sorted([*state.glob("server*.json"), *state.glob("servers/*.json")]) if state.is_dir() else []:
         try:
             record = json.loads(path.read_text())
             pid, pgid = int(record.get("pid") or 0), int(record.get("pgid") or 0)

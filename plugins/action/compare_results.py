@@ -26,7 +26,10 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     check_traffic_input,
     compact,
     launch_estimate,
+    launch_floor_file,
     launch_floor_from,
+    launch_node_floor,
+    launch_read_parts,
     load_host_results,
     refine_plan,
     resolve_traffic,
@@ -260,8 +263,8 @@ class ActionModule(ActionBase):
                                     "of two launches of two modes")
         host, max_age = hosts[0], args["noise_floor_max_age_days"]
         results_dir = os.path.abspath(os.path.expanduser(args["results_dir"]))
-        path = os.path.join(results_dir, "noise-floor", f"{host}.json")
-        floor = launch_floor_from(self._floor_parts(path, host, warnings), max_age_days=max_age) if max_age > 0 else None
+        path = launch_floor_file(results_dir, host)
+        floor = launch_node_floor(results_dir, host, max_age, warnings)
         if want != "auto":
             launches, why = int(want), f"compare_launches: {want}"
         elif floor and floor["df"] >= min_df:
@@ -288,25 +291,14 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _floor_parts(path: str, host: str, warnings: list[str]) -> dict:
-        """The runs stored in a host's noise floor file ({run_id: part}), empty when there is none."""
-        if not os.path.isfile(path):
-            return {}
-        try:
-            return (_load_json(path) or {}).get("runs") or {}
-        except (OSError, ValueError, AttributeError) as exc:
-            warnings.append(f"{path}: not readable ({exc}); {host}'s launch noise floor starts again")
-            return {}
-
-    @classmethod
-    def _noise_floor(cls, results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
+    def _noise_floor(results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
                      warnings: list[str]) -> dict | None:
         """The host's launch-to-launch noise floor (launch_noise): this run's measurement stored by run id
         (rendering it again replaces it), then the floor from every run younger than ``max_age`` days."""
         if not max_age or max_age <= 0:
             return None
-        path = os.path.join(results_dir, "noise-floor", f"{host}.json")
-        parts = cls._floor_parts(path, host, warnings)
+        path = launch_floor_file(results_dir, host)
+        parts = launch_read_parts(path, host, warnings)
         mine = launch_estimate(host_results)
         if mine:
             when = max((str(r.get("finished_at")) for r in host_results.values() if r.get("finished_at")), default=None)

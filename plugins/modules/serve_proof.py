@@ -70,6 +70,13 @@ options:
       the static counterpart where the plan speculates, the baseline where it does not.
     type: bool
     default: false
+  noise_floor_max_age_days:
+    description:
+      - The served sweep is one launch, its references other launches measured by the compare run; the host's noise
+        floor (C(<results_dir>/noise-floor/<host>.json), the runs younger than this many days) holds that
+        launch-to-launch variation in every ratio's interval. 0 reads none (the proof then says it is not held).
+    type: float
+    default: 30.0
 attributes:
   check_mode:
     support: full
@@ -153,6 +160,7 @@ def main():
             "reference": {"type": "str"},
             "attempt": {"type": "dict"},
             "asked_for": {"type": "bool", "default": False},
+            "noise_floor_max_age_days": {"type": "float", "default": 30.0},
         },
         supports_check_mode=True,
     )
@@ -178,9 +186,13 @@ def main():
             levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
                              if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
             references = cmp.proof_references(summary, p["plan"], levels)
+    # The served sweep is one launch, its references other launches at another time: the node's noise floor
+    # (the compare run's own part included) holds that variation in every ratio.
+    floor = cmp.launch_node_floor(p["results_dir"], p["host"], p["noise_floor_max_age_days"], warnings)
     try:
         rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references,
-                              (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE)
+                              (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE,
+                              launch_floor=floor)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     verdict = cmp.proof_verdict(rows)
@@ -201,6 +213,12 @@ def main():
                                         "speculates, the baseline where it does not)" if references
                                         else "best static mode"),
         "margin": p["margin"],
+        "launch_variation": {"floor": floor, "held": bool(floor),
+                             "widened": [r["concurrency"] for r in rows if r.get("ratio_ci95_window")],
+                             "text": (f"held: the node's noise floor, sd {100 * floor['launch_sd']:.1f}% per launch on "
+                                      f"{floor['df']} degrees of freedom, in every ratio" if floor else
+                                      "NOT held: this node has no noise floor, so a ratio's interval holds the two "
+                                      "windows alone; a launch-to-launch difference may read as a regression")},
         "levels": rows,
         "verified": verdict["verified"],
         "text": verdict["text"],

@@ -40,8 +40,12 @@ from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolat
 from .intervals import borrow_ci, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD
 from .launch_noise import estimate as launch_estimate
+from .launch_noise import floor_file as launch_floor_file
 from .launch_noise import floor_from as launch_floor_from
+from .launch_noise import node_floor as launch_node_floor
+from .launch_noise import read_parts as launch_read_parts
 from .launch_noise import widen as launch_widen
+from .launch_noise import widen_proof as launch_widen_proof
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
 from .proof_rule import family_proof_verdicts, proof_references, static_counterpart
@@ -120,7 +124,8 @@ __all__ = [
     "ON_REGRESSION", "best_static", "ignored_schedule", "offs_drafting", "proof_rows", "proof_verdict",
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
-    "LAUNCH_METHOD", "launch_estimate", "launch_floor_from", "launch_widen", "family_ci", "FAMILY_METHOD",
+    "LAUNCH_METHOD", "launch_estimate", "launch_floor_file", "launch_floor_from", "launch_node_floor",
+    "launch_read_parts", "launch_widen", "launch_widen_proof", "family_ci", "FAMILY_METHOD",
     "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",

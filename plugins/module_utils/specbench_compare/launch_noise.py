@@ -37,7 +37,9 @@ Without a floor, nothing is widened and the summary says the intervals hold one 
 from __future__ import annotations
 
 import datetime
+import json
 import math
+import os
 
 from ..specbench_client.stats import t975
 from .common import _interval, _num
@@ -115,6 +117,57 @@ def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: 
     launch_var = max(0.0, total - within / df_levels)
     return {"launch_sd": round(math.sqrt(launch_var), 5), "total_sd": round(math.sqrt(total), 5), "df": df,
             "runs": used, "oldest": oldest.isoformat() if oldest else None, "max_age_days": max_age_days}
+
+
+def floor_file(results_dir: str, host: str) -> str:
+    """The host's noise floor file: ``<results_dir>/noise-floor/<host>.json``."""
+    return os.path.join(results_dir, "noise-floor", f"{host}.json")
+
+
+def read_parts(path: str, host: str, warnings: list[str]) -> dict:
+    """The runs stored in a host's noise floor file ({run_id: part}), empty when there is none; an
+    unreadable file is a warning (the floor starts again), never an error."""
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            parts = (json.load(fh) or {}).get("runs") or {}
+        return parts if isinstance(parts, dict) else {}
+    except (OSError, ValueError, AttributeError) as exc:
+        warnings.append(f"{path}: not readable ({exc}); {host}'s launch noise floor starts again")
+        return {}
+
+
+def node_floor(results_dir: str, host: str, max_age_days: float, warnings: list[str]) -> dict | None:
+    """The host's floor as stored (floor_from over its file), None when floors are off (``max_age_days`` 0)."""
+    if not max_age_days or max_age_days <= 0:
+        return None
+    return floor_from(read_parts(floor_file(results_dir, host), host, warnings), max_age_days=max_age_days)
+
+
+def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[int, int]) -> list[int]:
+    """The serve proof's rows (serve_proof.proof_rows): the served sweep is one launch, its reference a level of
+    the compare run pooled from ``reference_launches[concurrency]`` launches, each measured at another time: the
+    floor's launch part ``t * sigma_L * sqrt(1 + 1/k_ref)`` is added in quadrature to each ratio's log
+    half-width, as ``widen`` does for a one-launch comparison (``ratio_ci95_window`` keeps the window-only
+    interval, ``ci_parts`` the parts for the family-wise interval). Returns the concurrencies widened."""
+    if not floor or not floor.get("launch_sd"):
+        return []
+    sd, df = float(floor["launch_sd"]), int(floor["df"])
+    t = t975(df)
+    done = []
+    for row in rows:
+        ci, r = _interval(row.get("ratio_ci95")), _num(row.get("ratio"))
+        if ci is None or r is None or r <= 0 or ci[0] <= 0:
+            continue
+        w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
+        extra = t * sd * math.sqrt(1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))
+        width = math.hypot(w, extra)
+        row["ratio_ci95_window"] = row["ratio_ci95"]
+        row["ratio_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
+        row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), df]]]
+        done.append(row["concurrency"])
+    return done
 
 
 def widen(rows: list[dict], floor: dict | None) -> list[int]:

@@ -9,8 +9,9 @@ deliberately does not speculate (k = 0, the adaptive table off, the baseline ser
 baseline, never "the fastest mode" (which is a different configuration there). The proof makes a
 claim at every level at once, so its verdicts read simultaneous intervals over those levels, the
 rule every verdict of the comparison follows (verdict.FAMILY_METHOD); each level keeps its own
-95% interval beside it. serve.yml runs the served configuration and its references in interleaved
-launches (that part is serve.yml's); this module only says what to hold against what, and how.
+95% interval beside it. The served configuration runs in a launch of its own, its references were
+measured by the compare run: the node's noise floor holds that launch-to-launch variation in each
+ratio (launch_noise.widen_proof). This module only says what to hold against what, and how.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from .common import BASELINE, _rnd_pair
 from .intervals import family_ci
 from .schedule import _on_at
-from .verdict import family_z
+from .verdict import FAMILY_ALPHA, family_z
 
 WORSE, BETTER, MATCHES, UNCLEAR = "worse", "better", "matches", "unclear"
 
@@ -46,8 +47,11 @@ def family_proof_verdicts(rows: list[dict], margin: float) -> list[dict]:
         raise ValueError(f"serve_match_margin must lie in (0, 0.5), got {margin!r}")
     family = [r for r in rows if r.get("ratio") and r.get("ratio_ci95")]
     z = family_z(len(family))
+    alpha = FAMILY_ALPHA / max(1, len(family))
     for row in rows:
-        ci = family_ci(row.get("ratio"), row.get("ratio_ci95"), z) if row in family else None
+        # A ratio widened by the node's floor scales each part by its own quantile (intervals.family_ci).
+        ci = (family_ci(row.get("ratio"), row.get("ratio_ci95"), z, parts=row.get("ci_parts"), alpha_family=alpha)
+              if row in family else None)
         row["ratio_ci_family"] = _rnd_pair(ci)
         if ci is None:
             row["verdict"] = UNCLEAR

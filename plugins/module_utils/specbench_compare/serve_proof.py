@@ -33,6 +33,7 @@ import statistics
 from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
+from .launch_noise import widen_proof
 from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts
 from .verdict import level_failure, level_saturation
 
@@ -65,16 +66,21 @@ def best_static(results: dict[str, dict], conc: int) -> tuple[str | None, float 
 
 
 def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None,
-               references: dict[int, str] | None = None, baseline: str = BASELINE) -> list[dict]:
+               references: dict[int, str] | None = None, baseline: str = BASELINE,
+               launch_floor: dict | None = None) -> list[dict]:
     """One row per level of the run: the served sweep (a results file) against the best static mode
     there, or against ``reference`` (one mode of the run: a rollback's own check), or against
     ``references[level]`` (``proof_rule.proof_references``: the plan's own reference at each
-    level). Each row's verdict reads the simultaneous interval over the rows
-    (``proof_rule.family_proof_verdicts``, which also checks ``margin``)."""
+    level). The served sweep is one launch and its reference was measured in other launches at another
+    time: with the node's noise floor (``launch_floor``, launch_noise.node_floor) each ratio's interval holds
+    that launch-to-launch variation (launch_noise.widen_proof); without one it holds the windows alone. Each
+    row's verdict reads the simultaneous interval over the rows (``proof_rule.family_proof_verdicts``, which
+    also checks ``margin``)."""
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
     base = baseline
     rows = []
+    ref_launches: dict[int, int] = {}
     for conc in levels:
         if reference is None and not references:
             mode, ref, ref_ci = best_static(results, conc)
@@ -82,6 +88,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             mode = reference or (references or {}).get(conc)
             ref, ref_ci = _rate(_levels(results.get(mode)).get(conc))
         thr, ci = _rate(mine.get(conc))
+        ref_launches[conc] = int((_levels(results.get(mode)).get(conc) or {}).get("launches") or 1) if mode else 1
         speculates = None if not references or reference else (references.get(conc) != base)
         drafts = _drafts(mine.get(conc))
         ratio, ratio_ci95 = ratio_ci(thr, ci, ref, ref_ci) if thr is not None and ref else (None, None)
@@ -104,6 +111,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
                     or ("not measured by the served sweep" if conc not in mine else None)
                     or ("no static mode measured a rate here" if ref is None else None)),
         })
+    widen_proof(rows, launch_floor, ref_launches)
     return family_proof_verdicts(rows, margin)
 
 

@@ -45,8 +45,7 @@ def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0) ->
 
     from ansible.errors import AnsibleActionFail
 
-    owner = types.SimpleNamespace(_floor_parts=ActionModule._floor_parts,
-                                  _display=types.SimpleNamespace(warning=lambda text: None))
+    owner = types.SimpleNamespace(_display=types.SimpleNamespace(warning=lambda text: None))
     args = {"plan_launches": launches_arg, "hosts": ["node"], "results_dir": str(tmp_path),
             "noise_floor_min_df": min_df, "noise_floor_max_age_days": max_age}
     try:

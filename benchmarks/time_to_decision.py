@@ -1,0 +1,154 @@
+"""Time to a decision: the default compare design against the old fixed one, on the seeds' levels
+(EMULATOR figures: real ansible-playbook runs of playbooks/compare.yml against the emulator on this
+machine, real processes on loopback; the emulator's time scale and this machine's load set the
+seconds, not a GPU).
+
+Issue 36, item 3. One emulated node (its own folder, port and device folder under a scratch folder),
+baseline and EAGLE-3 over the seeds' levels 1, 2, 5, 10, 30, 70, 100, 250, four compare runs in one
+window, each printed with its wall seconds and its ratio to the first:
+
+* ``old``: the design before issue 36: one launch per mode (``compare_launches: 1``), fixed windows,
+  the emulator's launches all alike; launch-to-launch variation is not in its intervals;
+* ``first``: the default on a node without a noise floor (``compare_launches: auto``: two launches per
+  mode, A B B A; the emulator's default launch variation, 2%), fixed windows;
+* ``first-adaptive``: the same on another fresh node, with adaptive windows (``bench_target_rel_ci``
+  ``--target``, at most the fixed window): a level stops once its interval is narrow enough;
+* ``later``: the default again on ``first``'s node, which now has a floor: one launch per mode.
+
+Beside the times, the coverage each design gets is quoted from benchmarks/decision_coverage.py (the
+cells ``launch``, ``floor2``, ``floor``; COMPUTED, 1000 runs per cell, seed 36): the time ratios are
+measured here, the coverage there. Amortised, a node pays ``first`` once per
+``compare_noise_floor_max_age_days`` (30) and ``later`` for every other run.
+
+Run: .venv/bin/python benchmarks/time_to_decision.py [--levels 1,2,5,10,30,70,100,250]
+     [--time-scale 0.1] [--warmup-s 2] [--window-s 4] [--target 0.05] [--only old,first,...]
+Only processes this script started are signalled: the playbooks' teardown is scoped to each node's
+own folder (gpu_kill_patterns) and its fake device folder, never the real /dev/nvidia*.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAYBOOK = ROOT / "playbooks" / "compare.yml"
+SEED_LEVELS = "1,2,5,10,30,70,100,250"
+
+# From benchmarks/decision_coverage.py (seed 36, 1000 runs per cell), launch sd 0-5% per launch: the
+# per-level 95% interval's coverage of the launch-population speedup and how often a tie at 8 levels
+# reads pays or loses (COMPUTED). Quoted, not recomputed: run that script for the figures.
+COVERAGE = {
+    "old": "29.5-95.2% (95.2% only without launch variation; 46.5% at 3%), tie claims 3.9-79.1%",
+    "first": "93.5-99.5%, tie claims 0-2.4% (floor2, no earlier run)",
+    "first-adaptive": "as first (the interval's method is the same; the windows end sooner)",
+    "later": "94.5-96.7%, tie claims 0.4-3.8% (floor, from 1 or 3 earlier runs)",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def node_vars(node: Path, args) -> dict:
+    return {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+        "engine": "emulator", "specbench_node_dir": str(node),
+        "specbench_emulator_device_dir": str(node / "emulated-dev"),
+        "sglang_server_emulator_python": sys.executable,
+        "sglang_server_emulator_time_scale": args.time_scale,
+        "sglang_server_port": free_port(), "sglang_server_launcher": "session",
+        "sglang_server_ready_timeout": 300, "gpu_clean_timeout_s": 30, "gpu_term_timeout_s": 10,
+        # The teardown's pattern step matches command lines machine-wide: scope it to this node's folder.
+        "gpu_kill_patterns": [re.escape(str(node))],
+        "bench_concurrency": [int(c) for c in args.levels.split(",")],
+        "bench_input_len": args.length, "bench_output_len": args.length,
+        "bench_warmup_s": args.warmup_s, "bench_window_s": args.window_s,
+    }
+
+
+def compare(scratch: Path, node: Path, run_id: str, extra: dict, args) -> dict:
+    """One compare.yml run: wall seconds, rc, launches per mode and the primary verdicts."""
+    inv = scratch / f"inventory-{run_id}.json"
+    inv.write_text(json.dumps({"all": {"hosts": {"node": node_vars(node, args)}}}))
+    extravars = {"results_dir": str(scratch / "results"), "run_id": run_id, "compare_plots": False, **extra}
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCAL_TEMP=str(scratch / "ansible-tmp"), HOME=str(scratch / "home"))
+    started = time.monotonic()
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-i", str(inv),
+                           "-e", json.dumps(extravars)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=args.timeout_s, check=False)
+    wall = time.monotonic() - started
+    out = {"run": run_id, "wall_s": wall, "rc": done.returncode}
+    summary_path = scratch / "results" / run_id / "node" / "summary.json"
+    if summary_path.is_file():
+        found = json.loads(summary_path.read_text())
+        levels = found.get("levels") or []
+        out["launches"] = min((lv.get("launches") or 1 for lv in levels), default=None)
+        out["verdicts"] = " ".join(f"{lv['concurrency']}:{lv['verdict']}" for lv in levels)
+        out["held"] = (found.get("launch_variation") or {}).get("held")
+    if done.returncode:
+        out["tail"] = done.stdout[-1500:]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", default=SEED_LEVELS)
+    ap.add_argument("--time-scale", type=float, default=0.1)
+    ap.add_argument("--length", type=int, default=64, help="input and output tokens per request")
+    ap.add_argument("--warmup-s", type=float, default=2.0)
+    ap.add_argument("--window-s", type=float, default=4.0)
+    ap.add_argument("--target", type=float, default=0.05, help="first-adaptive: bench_target_rel_ci")
+    ap.add_argument("--only", default="old,first,first-adaptive,later")
+    ap.add_argument("--timeout-s", type=int, default=3600)
+    args = ap.parse_args()
+    wanted = args.only.split(",")
+    print(f"time_to_decision: EMULATOR figures (compare.yml, levels {args.levels}, warmup {args.warmup_s:g} s, window "
+          f"{args.window_s:g} s, time scale {args.time_scale:g}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}); coverage quoted from decision_coverage.py (COMPUTED)")
+    designs = {
+        "old": ("node-old", {"compare_launches": 1, "sglang_server_emulator_launch_sd": 0}),
+        "first": ("node-default", {"compare_launches": "auto"}),
+        "first-adaptive": ("node-adaptive", {"compare_launches": "auto", "bench_target_rel_ci": args.target,
+                                             "bench_window_max_s": args.window_s}),
+        "later": ("node-default", {"compare_launches": "auto"}),
+    }
+    with tempfile.TemporaryDirectory(prefix="specbench-ttd-") as tmp:
+        scratch = Path(tmp)
+        rows = []
+        for name in ("old", "first", "first-adaptive", "later"):
+            if name not in wanted:
+                continue
+            node_name, extra = designs[name]
+            row = compare(scratch, scratch / node_name, name, extra, args)
+            rows.append(row)
+            print(f"  {name:15s} {row['wall_s']:7.1f} s  rc {row['rc']}  launches per mode {row.get('launches')}  "
+                  f"launch variation held {row.get('held')}  {row.get('verdicts', '')}", flush=True)
+            if row.get("tail"):
+                print("    " + row["tail"].replace("\n", "\n    "))
+        base = next((r["wall_s"] for r in rows if r["run"] == "old"), None)
+        print("== ratios to the old design (same window, same machine), and the coverage each design gets")
+        for row in rows:
+            ratio = f"{row['wall_s'] / base:.2f}x" if base else "n/a"
+            print(f"  {row['run']:15s} {ratio:>6s}  coverage: {COVERAGE[row['run']]}")
+        by = {r["run"]: r["wall_s"] for r in rows}
+        if base and "first" in by and "later" in by:
+            for n in (1, 4, 10):
+                mean = (by["first"] + n * by["later"]) / (n + 1)
+                print(f"  amortised, the floor run and {n} later run(s) per 30 days: {mean / base:.2f}x per run")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
