@@ -23,7 +23,9 @@ measured here, the coverage there. Amortised, a node pays ``first`` once per
 Run: .venv/bin/python benchmarks/time_to_decision.py [--levels 1,2,5,10,30,70,100,250]
      [--time-scale 0.1] [--warmup-s 2] [--window-s 4] [--target 0.05] [--only old,first,...]
 Only processes this script started are signalled: the playbooks' teardown is scoped to each node's
-own folder (gpu_kill_patterns) and its fake device folder, never the real /dev/nvidia*.
+own folder (gpu_kill_patterns) and its fake device folder, never the real /dev/nvidia*; after each run
+tests/specbench_testkit.kill_node_servers stops what that node's folder recorded. The node's settings
+are the compare tests' (tests/compare/compare_kit.node_vars).
 """
 
 from __future__ import annotations
@@ -31,16 +33,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAYBOOK = ROOT / "playbooks" / "compare.yml"
+for sub in ("tests", "tests/compare", "files"):
+    sys.path.insert(0, str(ROOT / sub))
+
+import specbench_testkit as kit  # noqa: E402 - after the path set-up above
+from compare_kit import node_vars  # noqa: E402
+
 SEED_LEVELS = "1,2,5,10,30,70,100,250"
 
 # From benchmarks/decision_coverage.py (seed 36, 1000 runs per cell), launch sd 0-5% per launch: the
@@ -54,51 +58,30 @@ COVERAGE = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def node_vars(node: Path, args) -> dict:
-    return {
-        "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-        "engine": "emulator", "specbench_node_dir": str(node),
-        "specbench_emulator_device_dir": str(node / "emulated-dev"),
-        "sglang_server_emulator_python": sys.executable,
-        "sglang_server_emulator_time_scale": args.time_scale,
-        "sglang_server_port": free_port(), "sglang_server_launcher": "session",
-        "sglang_server_ready_timeout": 300, "gpu_clean_timeout_s": 30, "gpu_term_timeout_s": 10,
-        # The teardown's pattern step matches command lines machine-wide: scope it to this node's folder.
-        "gpu_kill_patterns": [re.escape(str(node))],
-        "bench_concurrency": [int(c) for c in args.levels.split(",")],
-        "bench_input_len": args.length, "bench_output_len": args.length,
-        "bench_warmup_s": args.warmup_s, "bench_window_s": args.window_s,
-    }
-
-
 def compare(scratch: Path, node: Path, run_id: str, extra: dict, args) -> dict:
-    """One compare.yml run: wall seconds, rc, launches per mode and the primary verdicts."""
-    inv = scratch / f"inventory-{run_id}.json"
-    inv.write_text(json.dumps({"all": {"hosts": {"node": node_vars(node, args)}}}))
+    """One compare.yml run through ansible-runner: wall seconds, rc, launches per mode and the verdicts."""
+    hostvars = node_vars(node, kit.free_port(), time_scale=args.time_scale, bench_input_len=args.length,
+                         bench_output_len=args.length, bench_warmup_s=args.warmup_s, bench_window_s=args.window_s,
+                         bench_concurrency=[int(c) for c in args.levels.split(",")])
     extravars = {"results_dir": str(scratch / "results"), "run_id": run_id, "compare_plots": False, **extra}
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCAL_TEMP=str(scratch / "ansible-tmp"), HOME=str(scratch / "home"))
     started = time.monotonic()
-    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-i", str(inv),
-                           "-e", json.dumps(extravars)], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=args.timeout_s, check=False)
+    try:
+        # The host is named after its node: the noise floor is kept per host name (results/noise-floor/<host>.json).
+        run = kit.run_playbook(scratch, "playbooks/compare.yml", kit.inventory({node.name: hostvars}), extravars,
+                               timeout=args.timeout_s, home=scratch / "home")
+    finally:
+        kit.kill_node_servers(node)
     wall = time.monotonic() - started
-    out = {"run": run_id, "wall_s": wall, "rc": done.returncode}
-    summary_path = scratch / "results" / run_id / "node" / "summary.json"
+    out = {"run": run_id, "wall_s": wall, "rc": run.rc}
+    summary_path = scratch / "results" / run_id / node.name / "summary.json"
     if summary_path.is_file():
         found = json.loads(summary_path.read_text())
         levels = found.get("levels") or []
         out["launches"] = min((lv.get("launches") or 1 for lv in levels), default=None)
         out["verdicts"] = " ".join(f"{lv['concurrency']}:{lv['verdict']}" for lv in levels)
         out["held"] = (found.get("launch_variation") or {}).get("held")
-    if done.returncode:
-        out["tail"] = done.stdout[-1500:]
+    if run.rc:
+        out["tail"] = run.stdout[-1500:]
     return out
 
 
@@ -117,12 +100,14 @@ def main() -> int:
     print(f"time_to_decision: EMULATOR figures (compare.yml, levels {args.levels}, warmup {args.warmup_s:g} s, window "
           f"{args.window_s:g} s, time scale {args.time_scale:g}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}); coverage quoted from decision_coverage.py (COMPUTED)")
+    sd = kit.role_default("sglang_server", "sglang_server_emulator_launch_sd")  # the default, as on a real node
     designs = {
         "old": ("node-old", {"compare_launches": 1, "sglang_server_emulator_launch_sd": 0}),
-        "first": ("node-default", {"compare_launches": "auto"}),
-        "first-adaptive": ("node-adaptive", {"compare_launches": "auto", "bench_target_rel_ci": args.target,
+        "first": ("node-default", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd}),
+        "first-adaptive": ("node-adaptive", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd,
+                                             "bench_target_rel_ci": args.target,
                                              "bench_window_max_s": args.window_s}),
-        "later": ("node-default", {"compare_launches": "auto"}),
+        "later": ("node-default", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd}),
     }
     with tempfile.TemporaryDirectory(prefix="specbench-ttd-") as tmp:
         scratch = Path(tmp)

@@ -353,6 +353,11 @@ class Emulator:
 # ---------------------------------------------------------------------------------------------
 # Playbooks through ansible-runner
 # ---------------------------------------------------------------------------------------------
+def role_default(role: str, name: str):
+    """A role's default, as roles/<role>/defaults/main.yml gives it."""
+    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
+
+
 def local_host(**hostvars) -> dict:
     """Host variables of a host reached with the local connection and this interpreter."""
     return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **hostvars}

@@ -20,19 +20,14 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from compare_kit import node_vars, run_playbook
-from specbench_testkit import ROOT, free_port, inventory, kill_node_servers
+from specbench_testkit import free_port, inventory, kill_node_servers, role_default
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HOST = "floor"
 LEVELS = [1, 16]
 RUN_TIMEOUT_S = 600
-
-
-def role_default(role: str, name: str):
-    return yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())[name]
 
 
 @pytest.fixture(scope="module")
