@@ -432,9 +432,60 @@ def scen_windows(runs: int, rng: random.Random) -> None:
             print(f"  {tau:>3} {length:>4} | {cells[0]} |    {cells[1]} | x{width:.2f}")
 
 
+# Adaptive windows (bench_target_rel_ci): a level stops at the first check where its interval's half-width is
+# within the target of its figure, after at least ADAPT_MIN request durations, else at the longest window.
+ADAPT_TAUS = (1, 5, 20)
+ADAPT_TARGETS = (0.05, 0.02)
+ADAPT_MAX = 200  # request durations: the fixed window it is held against
+ADAPT_MIN = 5
+ADAPT_CHECKS = 20
+
+
+def scen_adaptive(runs: int, rng: random.Random) -> None:
+    """Stopping a window when its interval is narrow enough (the worker's adaptive rule, summary.window_interval
+    on the bins so far; the requests' ratio interval left out, as the simulated loop gives no send times) against
+    the fixed window it is capped at: does stopping on the width cost coverage, and what does it save?"""
+    loop = WINDOW_LOOP
+    duration = request_duration(loop["tokens"], loop["speed"], loop["spread"], loop["ttft"])
+    truth = true_rate(**loop)
+    print(f"== adaptive windows: the closed loop of 'windows', a {100 * WINDOW_DRIFT_SD:.0f}% drift of correlation time "
+          f"tau; stop at the first of {ADAPT_CHECKS} checks where the half-width is within the target, after "
+          f"{ADAPT_MIN} request durations, else at {ADAPT_MAX} (the fixed window); unwarned windows' coverage")
+    for tau in ADAPT_TAUS:
+        for target in ADAPT_TARGETS:
+            fixed = {"covered": 0, "unwarned": 0}
+            adaptive = {"covered": 0, "unwarned": 0}
+            used = []
+            for _ in range(runs):
+                window = ADAPT_MAX * duration
+                fine, unused = closed_loop_window(rng, loop["streams"], loop["tokens"], loop["speed"], loop["spread"],
+                                                  loop["ttft"], window, tau * duration / 2, WINDOW_DRIFT_SD)
+                bin_s = window / len(fine)
+                stop = len(fine)
+                for k in range(1, ADAPT_CHECKS + 1):
+                    bins = len(fine) * k // ADAPT_CHECKS
+                    if bins * bin_s < ADAPT_MIN * duration:
+                        continue
+                    part = fine[:bins]
+                    found = window_interval(part, bins * bin_s)
+                    mean = sum(part) / len(part)
+                    if found["ci"] and (found["ci"][1] - found["ci"][0]) / 2 <= target * mean:
+                        stop = bins
+                        break
+                used.append(stop / len(fine))
+                for tally, bins in ((fixed, len(fine)), (adaptive, stop)):
+                    found = window_interval(fine[:bins], bins * bin_s)
+                    if found["ci"] is not None and found["warning"] is None:
+                        tally["unwarned"] += 1
+                        tally["covered"] += found["ci"][0] <= truth <= found["ci"][1]
+            print(f"  tau {tau:>2}, target +-{100 * target:.0f}%: adaptive covers "
+                  f"{rate(adaptive['covered'], adaptive['unwarned'])} in {100 * sum(used) / runs:.0f}% of the fixed "
+                  f"window's time (mean); fixed covers {rate(fixed['covered'], fixed['unwarned'])}")
+
+
 SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2,
              "smooth": scen_smooth, "traffic": scen_traffic, "categories": scen_categories, "choice": scen_choice,
-             "failed": scen_failed, "windows": scen_windows}
+             "failed": scen_failed, "windows": scen_windows, "adaptive": scen_adaptive}
 
 
 def main() -> int:
