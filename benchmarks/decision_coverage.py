@@ -369,6 +369,10 @@ def scen_failed(runs: int, rng: random.Random) -> None:
 # durations (an AR(1) with time constant half that); windows of WINDOW_LENGTHS request durations.
 WINDOW_LOOP = {"streams": 8, "tokens": 256, "speed": 30.0, "spread": 0.3, "ttft": 0.3}
 WINDOW_DRIFT_SD = 0.05
+# A request's mean duration in WINDOW_LOOP (s), and the loop's true mean rate (tok/s).
+WINDOW_DURATION = request_duration(WINDOW_LOOP["tokens"], WINDOW_LOOP["speed"], WINDOW_LOOP["spread"],
+                                   WINDOW_LOOP["ttft"])
+WINDOW_TRUTH = true_rate(**WINDOW_LOOP)
 WINDOW_TAUS = (1, 5, 20, 40, 60)
 WINDOW_LENGTHS = (50, 100, 200, 400)
 
@@ -391,10 +395,18 @@ def geyer_rule_interval(fine: list, window: float, requests: tuple) -> tuple[lis
     return ci, ci is None or len(coarse) / tau < stats.MIN_CORRELATION_TIMES
 
 
-def scen_windows(runs: int, rng: random.Random) -> None:
+def drifting_window(rng: random.Random, tau: float, length: float) -> tuple[list, tuple, float]:
+    """One window of WINDOW_LOOP, ``length`` request durations long, under a WINDOW_DRIFT_SD drift whose
+    correlation time is ``tau`` request durations: (fine bins, requests, window seconds)."""
     loop = WINDOW_LOOP
-    duration = request_duration(loop["tokens"], loop["speed"], loop["spread"], loop["ttft"])
-    truth = true_rate(**loop)
+    window = length * WINDOW_DURATION
+    fine, requests = closed_loop_window(rng, loop["streams"], loop["tokens"], loop["speed"], loop["spread"],
+                                        loop["ttft"], window, tau * WINDOW_DURATION / 2, WINDOW_DRIFT_SD)
+    return fine, requests, window
+
+
+def scen_windows(runs: int, rng: random.Random) -> None:
+    loop, duration, truth = WINDOW_LOOP, WINDOW_DURATION, WINDOW_TRUTH
     print(f"== one window's interval: closed loop C={loop['streams']}, {loop['tokens']} tokens at {loop['speed']:g} "
           f"tok/s +-{100 * loop['spread']:.0f}%, TTFT {loop['ttft']:g} s (a request {duration:.1f} s), a "
           f"{100 * WINDOW_DRIFT_SD:.0f}% AR(1) drift; correlation time (tau) and window (W) in request durations")
@@ -404,14 +416,11 @@ def scen_windows(runs: int, rng: random.Random) -> None:
           f"{'before: warned':>14} {'unwarned covered':>20} {'either':>6} | width")
     for tau in WINDOW_TAUS:
         for length in WINDOW_LENGTHS:
-            window = length * duration
             now = {"warned": 0, "covered": 0}
             before = {"warned": 0, "covered": 0}
             ratios = []
             for _ in range(runs):
-                fine, requests = closed_loop_window(rng, loop["streams"], loop["tokens"], loop["speed"],
-                                                    loop["spread"], loop["ttft"], window, tau * duration / 2,
-                                                    WINDOW_DRIFT_SD)
+                fine, requests, window = drifting_window(rng, tau, length)
                 found = window_interval(fine, window, requests)
                 ci = found["ci"]
                 old, old_warned = geyer_rule_interval(fine, window, requests)
@@ -445,9 +454,7 @@ def scen_adaptive(runs: int, rng: random.Random) -> None:
     """Stopping a window when its interval is narrow enough (the worker's adaptive rule, summary.window_interval
     on the bins so far; the requests' ratio interval left out, as the simulated loop gives no send times) against
     the fixed window it is capped at: does stopping on the width cost coverage, and what does it save?"""
-    loop = WINDOW_LOOP
-    duration = request_duration(loop["tokens"], loop["speed"], loop["spread"], loop["ttft"])
-    truth = true_rate(**loop)
+    duration, truth = WINDOW_DURATION, WINDOW_TRUTH
     print(f"== adaptive windows: the closed loop of 'windows', a {100 * WINDOW_DRIFT_SD:.0f}% drift of correlation time "
           f"tau; stop at the first of {ADAPT_CHECKS} checks where the half-width is within the target, after "
           f"{ADAPT_MIN} request durations, else at {ADAPT_MAX} (the fixed window); unwarned windows' coverage")
@@ -457,9 +464,7 @@ def scen_adaptive(runs: int, rng: random.Random) -> None:
             adaptive = {"covered": 0, "unwarned": 0}
             used = []
             for _ in range(runs):
-                window = ADAPT_MAX * duration
-                fine, unused = closed_loop_window(rng, loop["streams"], loop["tokens"], loop["speed"], loop["spread"],
-                                                  loop["ttft"], window, tau * duration / 2, WINDOW_DRIFT_SD)
+                fine, unused, window = drifting_window(rng, tau, ADAPT_MAX)
                 bin_s = window / len(fine)
                 stop = len(fine)
                 for k in range(1, ADAPT_CHECKS + 1):

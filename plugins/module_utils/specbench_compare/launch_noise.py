@@ -148,26 +148,12 @@ def node_floor(results_dir: str, host: str, max_age_days: float, warnings: list[
 def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[int, int]) -> list[int]:
     """The serve proof's rows (serve_proof.proof_rows): the served sweep is one launch, its reference a level of
     the compare run pooled from ``reference_launches[concurrency]`` launches, each measured at another time: the
-    floor's launch part ``t * sigma_L * sqrt(1 + 1/k_ref)`` is added in quadrature to each ratio's log
-    half-width, as ``widen`` does for a one-launch comparison (``ratio_ci95_window`` keeps the window-only
-    interval, ``ci_parts`` the parts for the family-wise interval). Returns the concurrencies widened."""
-    if not floor or not floor.get("launch_sd"):
-        return []
-    sd, df = float(floor["launch_sd"]), int(floor["df"])
-    t = t975(df)
-    done = []
-    for row in rows:
-        ci, r = _interval(row.get("ratio_ci95")), _num(row.get("ratio"))
-        if ci is None or r is None or r <= 0 or ci[0] <= 0:
-            continue
-        w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
-        extra = t * sd * math.sqrt(1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))
-        width = math.hypot(w, extra)
-        row["ratio_ci95_window"] = row["ratio_ci95"]
-        row["ratio_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
-        row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), df]]]
-        done.append(row["concurrency"])
-    return done
+    floor's launch part ``t * sigma_L * sqrt(1 + 1/k_ref)`` is added to each ratio's interval, as ``widen`` adds
+    it to a one-launch comparison (``ratio_ci95_window`` keeps the window-only interval). Returns the
+    concurrencies widened."""
+    return [row["concurrency"] for row in rows
+            if _add_launch_part(row, "ratio", floor,
+                                1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))]
 
 
 def widen(rows: list[dict], floor: dict | None) -> list[int]:
@@ -175,23 +161,26 @@ def widen(rows: list[dict], floor: dict | None) -> list[int]:
 
     Changes ``speedup_ci95`` in place (``speedup_ci95_window`` keeps the window-only interval);
     returns the concurrencies widened."""
-    if not floor or not floor.get("launch_sd"):
-        return []
-    sd, t = float(floor["launch_sd"]), t975(int(floor["df"]))
-    done = []
-    for row in rows:
-        ci, r = _interval(row.get("speedup_ci95")), _num(row.get("speedup"))
-        if ci is None or r is None or r <= 0 or ci[0] <= 0 or (row.get("launches") or 1) > 1:
-            continue
-        w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
-        extra = t * sd * math.sqrt(2.0)
-        width = math.hypot(w, extra)
-        row["speedup_ci95_window"] = row["speedup_ci95"]
-        row["speedup_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
-        # The family-wise interval scales each part by its own quantile (intervals.family_ci).
-        row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), int(floor["df"])]]]
-        done.append(row["concurrency"])
-    return done
+    return [row["concurrency"] for row in rows
+            if (row.get("launches") or 1) == 1 and _add_launch_part(row, "speedup", floor, 2.0)]
+
+
+def _add_launch_part(row: dict, key: str, floor: dict | None, launches_factor: float) -> bool:
+    """``row[key + "_ci95"]`` with ``t * sigma_L * sqrt(launches_factor)`` (t on the floor's degrees of freedom)
+    added in quadrature to its log half-width; the window-only interval kept as ``key + "_ci95_window"``, the two
+    parts as ``ci_parts`` (the family-wise interval scales each by its own quantile: intervals.family_ci).
+    False, the row untouched, without a floor's launch sd or an interval."""
+    ci, r = _interval(row.get(f"{key}_ci95")), _num(row.get(key))
+    if not floor or not floor.get("launch_sd") or ci is None or r is None or r <= 0 or ci[0] <= 0:
+        return False
+    df = int(floor["df"])
+    w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
+    extra = t975(df) * float(floor["launch_sd"]) * math.sqrt(launches_factor)
+    width = math.hypot(w, extra)
+    row[f"{key}_ci95_window"] = row[f"{key}_ci95"]
+    row[f"{key}_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
+    row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), df]]]
+    return True
 
 
 def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict | None,

@@ -59,7 +59,10 @@ def test_the_proof_holds_the_nodes_floor_and_a_matching_configuration_reads_no_r
     assert without / n > 0.5, without
     with_floor, held = claims(rng, 0.05, True, n)
     assert with_floor / n <= 0.05 + 2.33 * math.sqrt(0.05 * 0.95 / n), with_floor
-    assert held > 0.8 * n, held  # a floor from 2 degrees of freedom may read 0 launch sd; mostly it does not
+    # A floor from one run reads launch sd 0 when its launches differed less than their windows said: with 5%
+    # launch sd, +-2% windows and 2 degrees of freedom, chi2_2 < 2 w^2 / (sd^2 + w^2) = 0.077, about 4% of floors
+    # (measured 1.5-3.7%). So about 96% of proofs are widened; 90% is 5 binomial sd below that at n = 300.
+    assert held >= 0.9 * n, held
 
 
 def test_a_widened_ratio_keeps_its_window_interval_and_its_parts():
