@@ -20,7 +20,8 @@ sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000):
   launch     the tie and a true 1.10x with launch sd 0-5%, at compare_launches 1 and 2 without a floor:
              coverage of the launch-population speedup, tie read "pays"/"loses", 1.10x read "pays"
   floor      the same, one launch per mode, with the node's noise floor from 1 or 3 earlier runs
-  floor2     two launches per mode with the floor from this run alone or with 2 earlier runs
+  floor2     two launches per mode with the floor from this run alone or with 2 earlier runs; the second
+             launches at 2 levels (the default compare_noise_floor_levels) or at every level
   smooth     a smooth truth crossing at C=10.8 on the sparse grid 4, 16, 64, 256: the share of runs
              where SGLang's table or vLLM's schedule speculates at a batch size where the truth
              loses, and the spread of "speculate below N"
@@ -66,6 +67,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client.su
 )
 
 SEED_LEVELS = [1, 2, 5, 10, 30, 70, 100, 250]
+RELAUNCH = cmp.relaunch_levels(SEED_LEVELS, 2)  # compare_noise_floor_levels: 2, the default: C=1 and C=30
 Z = 1.959964
 CLAIMS = ("pays", "loses")
 
@@ -76,14 +78,17 @@ def base_curve(conc: float) -> float:
 
 
 def sweep(rng: random.Random, mode: str, truth: dict, half: float, launch_sd: float, launches: int,
-          failed_launch: int | None = None) -> dict:
-    """``launches`` launches of one mode over truth's levels (conc -> true tok/s), pooled as compare_results does."""
+          failed_launch: int | None = None, relaunch: list | None = None) -> dict:
+    """``launches`` launches of one mode over truth's levels (conc -> true tok/s), pooled as compare_results does;
+    the launches after the first measure only ``relaunch`` (compare_noise_floor_levels), when given."""
     sd = half / Z
     runs = []
     for n in range(launches):
         effect = math.exp(rng.gauss(0.0, launch_sd)) if launch_sd else 1.0
         levels = []
         for conc, tok in truth.items():
+            if n and relaunch and conc not in relaunch:
+                continue
             if failed_launch is not None and n == failed_launch:
                 levels.append(level(conc, None, error="every request failed (connection refused)"))
                 continue
@@ -204,18 +209,20 @@ def scen_floor(runs: int, rng: random.Random) -> None:
 
 def scen_floor2(runs: int, rng: random.Random) -> None:
     print("== two launches per mode (A B B A; compare_launches: auto on a node without a floor), the node's floor "
-          "from this run alone or with 2 earlier runs (8 levels, +-2% windows)")
+          "from this run alone or with 2 earlier runs (8 levels, +-2% windows); the second launches re-measure "
+          f"C={','.join(map(str, RELAUNCH))} (compare_noise_floor_levels: 2, the default) or every level (0)")
     import datetime  # noqa: PLC0415 - only this scenario needs a clock
     now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
-    for earlier in (0, 2):
+    for relaunch, earlier in ((RELAUNCH, 0), (None, 0), (None, 2)):
         for launch_sd in (0.0, 0.03, 0.05):
             n = max(1, runs // 4)
             cover = total = claims = gain = 0
             for _rep in range(n):
                 for truth_r in (1.0, 1.10):
                     truth = {c: base_curve(c) for c in SEED_LEVELS}
-                    b = sweep(rng, "baseline", truth, 0.02, launch_sd, 2)
-                    sp = sweep(rng, "eagle3", {c: x * truth_r for c, x in truth.items()}, 0.02, launch_sd, 2)
+                    b = sweep(rng, "baseline", truth, 0.02, launch_sd, 2, relaunch=relaunch)
+                    sp = sweep(rng, "eagle3", {c: x * truth_r for c, x in truth.items()}, 0.02, launch_sd, 2,
+                               relaunch=relaunch)
                     part = cmp.launch_estimate({"baseline": b, "eagle3": sp})
                     part["measured_at"] = "2026-01-01T00:00:00+00:00"
                     parts = {"this": part}
@@ -235,7 +242,9 @@ def scen_floor2(runs: int, rng: random.Random) -> None:
                         claims += any(r["verdict"] in CLAIMS for r in comp["levels"])
                     else:
                         gain += all(r["verdict"] == "pays" for r in comp["levels"])
-            print(f"  {earlier} earlier run(s), launch sd {100 * launch_sd:.0f}%: per-level 95% interval covers "
+            again = "C=" + ",".join(map(str, relaunch)) if relaunch else "every level"
+            print(f"  second launches at {again}, {earlier} earlier run(s), launch sd {100 * launch_sd:.0f}%: "
+                  "per-level 95% interval covers "
                   f"{rate(cover, total)}; tie reads pays or loses {rate(claims, n)}; 1.10x reads pays at every level "
                   f"{rate(gain, n)}")
 

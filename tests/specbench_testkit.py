@@ -489,9 +489,13 @@ class PlaybookRun:
 #   node) is off: tests that hold a speed to an earlier launch's measurement would read that 2% as a change;
 # - compare.yml's default, compare_launches: auto, launches each mode twice (A B B A) on a node without a noise
 #   floor, and every test's node is new: one launch per mode.
-# tests/compare/test_launch_floor_runs.py runs both defaults end to end.
+# - serve.yml's default, serve_measure_references: true, launches each of the proof's references again just
+#   before the served launch: the tests about other parts of serve.yml hold the proof to the run's figures.
+# tests/compare/test_launch_floor_runs.py runs both compare defaults end to end, tests/compare/test_serve_runs.py
+# (its rollback) the serve default.
 PINNED = {"sglang_server_emulator_launch_sd": 0}
 COMPARE_PINNED = {"compare_launches": 1}
+SERVE_PINNED = {"serve_measure_references": False}
 
 
 def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
@@ -530,7 +534,8 @@ def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Pat
         env["HOME"] = str(home)
     env.update(envvars or {})
     flags = " ".join(f for f in ("--check" if check else "", cmdline or "") if f)
-    extravars = {**PINNED, **(COMPARE_PINNED if Path(playbook).name == "compare.yml" else {}), **(extravars or {})}
+    pinned = {"compare.yml": COMPARE_PINNED, "serve.yml": SERVE_PINNED}.get(Path(playbook).name, {})
+    extravars = {**PINNED, **pinned, **(extravars or {})}
     import ansible_runner  # the controller's package; imported here so that the kit loads without it
 
     started, cpu = time.monotonic(), _children_cpu()

@@ -32,6 +32,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     launch_read_parts,
     load_host_results,
     refine_plan,
+    relaunch_levels,
     resolve_traffic,
     summarize_host,
 )
@@ -261,10 +262,15 @@ class ActionModule(ActionBase):
         if min_df < 1:
             raise AnsibleActionFail(f"compare_noise_floor_min_df must be 1 or more (got {min_df}), e.g. 2: one run "
                                     "of two launches of two modes")
+        floor_levels = args["noise_floor_levels"]
+        if floor_levels < 0:
+            raise AnsibleActionFail(f"compare_noise_floor_levels must be 0 or more (got {floor_levels}), e.g. 2: the "
+                                    "levels a run without a floor measures in a second launch of each mode (0: all)")
         host, max_age = hosts[0], args["noise_floor_max_age_days"]
         results_dir = os.path.abspath(os.path.expanduser(args["results_dir"]))
         path = launch_floor_file(results_dir, host)
         floor = launch_node_floor(results_dir, host, max_age, warnings)
+        again: list[int] = []
         if want != "auto":
             launches, why = int(want), f"compare_launches: {want}"
         elif floor and floor["df"] >= min_df:
@@ -281,11 +287,20 @@ class ActionModule(ActionBase):
                         f"compare_noise_floor_min_df ({min_df})")
             else:
                 lack = f"{host} has no noise floor younger than {max_age:g} days ({path})"
+            levels = sorted({int(c) for c in args["plan_levels"] or []})
+            again = relaunch_levels(levels, floor_levels) if levels else []
+            if again and len(again) < len(levels):
+                second = (f"; the second launches re-measure C={', '.join(map(str, again))} only "
+                          f"(compare_noise_floor_levels: {floor_levels}), the other levels hold that floor")
+            else:
+                again, second = [], ""
             why = (f"compare_launches auto: two launches per mode, A B B A: {lack}; this run measures "
-                   "launch-to-launch variation" + (" and stores it as the node's floor" if max_age > 0 else ""))
+                   "launch-to-launch variation" + (" and stores it as the node's floor" if max_age > 0 else "")
+                   + second)
         for text in warnings:
             self._display.warning(text)
-        result.update(changed=False, launches=launches, noise_floor=floor, floor_path=path, msg=why)
+        result.update(changed=False, launches=launches, relaunch_levels=again, noise_floor=floor, floor_path=path,
+                      msg=why)
         if warnings:
             result["warnings"] = warnings
         return result

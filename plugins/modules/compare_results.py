@@ -114,11 +114,24 @@ options:
         preflight), from C(compare_launches) - a number from 1 to 10 as given, or C(auto) - once when the host's
         noise floor (see I(noise_floor_max_age_days)) has at least I(noise_floor_min_df) degrees of freedom, else
         twice, A B B A, so that this run measures the launch-to-launch variation and stores it.
-      - Returns C(launches), C(noise_floor), C(floor_path) and C(msg) (the reason); reads the floor file, writes
-        nothing, renders no report.
+      - Returns C(launches), C(relaunch_levels), C(noise_floor), C(floor_path) and C(msg) (the reason); reads the
+        floor file, writes nothing, renders no report.
     type: str
   noise_floor_min_df:
     description: With I(plan_launches=auto), the least degrees of freedom of the host's floor for one launch per mode.
+    type: int
+    default: 2
+  plan_levels:
+    description:
+      - With I(plan_launches=auto), the sweep's levels (C(bench_concurrency)); with I(noise_floor_levels), they name
+        the levels the second launches re-measure (C(relaunch_levels)).
+    type: list
+    elements: int
+  noise_floor_levels:
+    description:
+      - With I(plan_launches=auto) on a host without a floor, how many of I(plan_levels) the second launch of each
+        mode re-measures, spread over them from the lowest; the other levels are measured once per mode and hold
+        the floor this run measures. 0 re-measures every level.
     type: int
     default: 2
   refine:
@@ -247,6 +260,13 @@ noise_floor:
       C(runs) (the run ids pooled), C(oldest), C(max_age_days) - or null when it has none younger than the limit.
   returned: with plan_launches
   type: dict
+relaunch_levels:
+  description:
+    - With I(plan_launches), the levels the launches after the first of each mode measure; empty - every level.
+  returned: with plan_launches
+  type: list
+  elements: int
+  sample: [1, 30]
 floor_path:
   description: With I(plan_launches), the host's noise floor file.
   returned: with plan_launches

@@ -98,6 +98,20 @@ levels:
   returned: success
   type: list
   elements: int
+references:
+  description:
+    - The mode the proof holds the served configuration to at each level (C(specbench_compare.reference_modes)) -
+      the plan's static counterpart where it speculates, the baseline where it does not; the best static mode
+      the run measured there when C(serve_mode) was given.
+  returned: success
+  type: dict
+  sample: {"1": eagle3, "64": baseline}
+reference_modes:
+  description: The modes in C(references), each once (the serve role measures them again before the served launch).
+  returned: success
+  type: list
+  elements: str
+  sample: [baseline, eagle3]
 bench:
   description: >-
     The run's workload (C(specbench_compare.WORKLOAD_KEYS): api, model, input_len, output_len, warmup_s, window_s,
@@ -225,8 +239,13 @@ def main():
     bench = cmp.proof_workload(results, summary.get("baseline_mode") or cmp.BASELINE)
     fresh, why = cmp.up_to_date(current, p["run_id"], plan, p["on_regression"])
     in_place = not fresh and cmp.proves_in_place(current, p["run_id"], plan)
-    module.exit_json(changed=False, plan=plan, levels=levels, bench=bench, time_scale=cmp.run_time_scale(results),
-                     current=current, up_to_date={"ok": fresh, "why": why, "in_place": in_place}, warnings=warnings)
+    references = cmp.reference_modes(summary, results, plan, levels, bool(p["serve_mode"]))
+    # Warnings through AnsibleModule.warn (passing them to exit_json is deprecated in ansible-core 2.19).
+    for text in warnings:
+        module.warn(text)
+    module.exit_json(changed=False, plan=plan, levels=levels, references=references,
+                     reference_modes=sorted(set(references.values())), bench=bench, time_scale=cmp.run_time_scale(results),
+                     current=current, up_to_date={"ok": fresh, "why": why, "in_place": in_place})
 
 
 if __name__ == "__main__":

@@ -72,11 +72,20 @@ options:
     default: false
   noise_floor_max_age_days:
     description:
-      - The served sweep is one launch, its references other launches measured by the compare run; the host's noise
-        floor (C(<results_dir>/noise-floor/<host>.json), the runs younger than this many days) holds that
-        launch-to-launch variation in every ratio's interval. 0 reads none (the proof then says it is not held).
+      - The served sweep is one launch, its references other launches (measured just before it, I(references_dir),
+        or by the compare run); the host's noise floor (C(<results_dir>/noise-floor/<host>.json), the runs younger
+        than this many days) holds that launch-to-launch variation in every ratio's interval. 0 reads none (the
+        proof then says it is not held).
     type: float
     default: 30.0
+  references_dir:
+    description:
+      - A folder of results files (C(<mode>.json)) of the proof's references measured again on the node, each in a
+        launch of its own just before the served launch (the serve role's C(serve_measure_references)). A
+        reference mode found there is held to instead of the run's measurement of it, taken at another time under
+        another load; one not found there (its launch failed) falls back to the run's, with a warning.
+      - Unset, every reference is the run's measurement.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -161,6 +170,7 @@ def main():
             "attempt": {"type": "dict"},
             "asked_for": {"type": "bool", "default": False},
             "noise_floor_max_age_days": {"type": "float", "default": 30.0},
+            "references_dir": {"type": "path"},
         },
         supports_check_mode=True,
     )
@@ -174,7 +184,9 @@ def main():
     except (OSError, ValueError) as exc:
         served = {"levels": []}
         warnings.append(f"the proof sweep left no readable results ({p['served_file']}: {exc}): every level unclear")
-    references, summary = None, None
+    references, summary, chosen = None, None, None
+    levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
+                     if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
     if not p["reference"] and not p["asked_for"]:
         try:
             with open(os.path.join(host_dir, "summary.json"), encoding="utf-8") as fh:
@@ -183,16 +195,27 @@ def main():
             summary = None
             warnings.append(f"no readable summary.json in {host_dir} ({exc}): held to the best static mode instead")
         if summary:
-            levels = sorted({lv["concurrency"] for r in results.values() for lv in r.get("levels") or []
-                             if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
             references = cmp.proof_references(summary, p["plan"], levels)
-    # The served sweep is one launch, its references other launches at another time: the node's noise floor
-    # (the compare run's own part included) holds that variation in every ratio.
+    if not p["reference"] and not references:
+        # The best static mode at each level, as the run measured it (serve_plan's reference_modes): chosen from the
+        # run's figures, so that a mode measured again reads against the run's choice, not a new one.
+        chosen = cmp.reference_modes(None, results, p["plan"], levels, True)
+    # The references measured again just before the served launch replace the run's measurement of those modes.
+    held_to, fresh = results, {}
+    if p["references_dir"]:
+        fresh = cmp.load_host_results(p["references_dir"], None, warnings)
+        wanted = {p["reference"]} if p["reference"] else set((references or chosen or {}).values())
+        for mode in sorted(wanted - set(fresh)):
+            warnings.append(f"{mode} was not measured again before the served launch (no results in "
+                            f"{p['references_dir']}): held against the run's measurement of it, taken at another time")
+        held_to = {**results, **fresh}
+    # The served sweep is one launch, its references other launches (just before it, or the compare run's): the
+    # node's noise floor (the compare run's own part included) holds that variation in every ratio.
     floor = cmp.launch_node_floor(p["results_dir"], p["host"], p["noise_floor_max_age_days"], warnings)
     try:
-        rows = cmp.proof_rows(served, results, p["margin"], p["reference"], references,
+        rows = cmp.proof_rows(served, held_to, p["margin"], p["reference"], references or chosen,
                               (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE,
-                              launch_floor=floor)
+                              launch_floor=floor, measured_now=set(fresh), judge_plan=bool(references))
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     verdict = cmp.proof_verdict(rows)
@@ -212,6 +235,12 @@ def main():
         "reference": p["reference"] or ("the plan's own reference at each level (its static counterpart where it "
                                         "speculates, the baseline where it does not)" if references
                                         else "best static mode"),
+        "reference_measured": (
+            f"again on this node, each in a launch of its own just before the served launch: "
+            f"{', '.join(sorted(fresh))}" + ("; the others as the compare run measured them"
+                                             if any(not r.get("reference_now") for r in rows
+                                                    if r.get("best_static_mode")) else "")
+            if fresh else "as the compare run measured them (another time, another load)"),
         "margin": p["margin"],
         "launch_variation": {"floor": floor, "held": bool(floor),
                              "widened": [r["concurrency"] for r in rows if r.get("ratio_ci95_window")],
@@ -249,9 +278,11 @@ def main():
                         f"{', '.join(map(str, verdict['worse']))} and keeps running (serve_on_regression: keep); "
                         f"see {path}")
     static = cmp.rollback_mode(results)
+    # Warnings through AnsibleModule.warn (passing them to exit_json is deprecated in ansible-core 2.19).
+    for text in warnings:
+        module.warn(text)
     module.exit_json(changed=not module.check_mode, doc=doc, path=path, verified=verdict["verified"], action=action,
-                     rollback_mode=static, rollback_plan=cmp.rollback_plan(static, p["plan"]), retired=retired,
-                     warnings=warnings)
+                     rollback_mode=static, rollback_plan=cmp.rollback_plan(static, p["plan"]), retired=retired)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,9 @@ compare.yml twice on one emulated node, with the defaults a user gets (``compare
 emulator's ``sglang_server_emulator_launch_sd`` as on a real node), through ansible-runner:
 
 1. The node has no noise floor: every mode is launched twice, in A B B A order, each launch a fresh
-   server at its own speed; the levels are pooled, the launch variation is measured and stored as the
-   node's floor (``<results_dir>/noise-floor/<host>.json``), and every interval holds it.
+   server at its own speed, the second at two of the three levels only (``compare_noise_floor_levels``);
+   the launch variation is measured and stored as the node's floor (``<results_dir>/noise-floor/<host>.json``),
+   the levels measured twice are pooled and the one measured once per mode is widened by that floor.
 2. The same node again: its floor is there, so each mode is launched once, and every level's interval
    is widened by the floor (the window-only interval kept beside it).
 
@@ -26,7 +27,8 @@ from specbench_testkit import free_port, inventory, kill_node_servers, role_defa
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HOST = "floor"
-LEVELS = [1, 16]
+LEVELS = [1, 4, 16]
+RELAUNCHED = [1, 4]  # compare_noise_floor_levels: 2 of the three, from the lowest
 RUN_TIMEOUT_S = 600
 
 
@@ -36,6 +38,7 @@ def two_runs(tmp_path_factory):
     node = tmp / "node-floor"
     # The roles' own defaults, which the suite otherwise pins (specbench_testkit.PINNED): this test is about them.
     defaults = {"compare_launches": role_default("compare", "compare_launches"),
+                "compare_noise_floor_levels": role_default("compare", "compare_noise_floor_levels"),
                 "sglang_server_emulator_launch_sd": role_default("sglang_server", "sglang_server_emulator_launch_sd")}
     # Real time (time scale 1): the emulator and the client stay light beside the rest of the suite.
     hosts = {HOST: node_vars(node, free_port(), time_scale=1.0, bench_concurrency=LEVELS, bench_input_len=32,
@@ -59,7 +62,8 @@ def summary(results: Path, run_id: str) -> dict:
 
 def test_the_defaults_are_auto_and_a_real_nodes_launch_variation(two_runs):
     unused, unused_results, defaults = two_runs
-    assert defaults == {"compare_launches": "auto", "sglang_server_emulator_launch_sd": 0.02}
+    assert defaults == {"compare_launches": "auto", "compare_noise_floor_levels": 2,
+                        "sglang_server_emulator_launch_sd": 0.02}
 
 
 def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it_measured(two_runs):
@@ -68,12 +72,17 @@ def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it
     assert decided["launches"] == 2 and decided["noise_floor"] is None, decided
     assert "compare_launches auto: two launches per mode, A B B A" in decided["msg"]
     assert f"{HOST} has no noise floor younger than 30 days" in decided["msg"]
+    assert decided["relaunch_levels"] == RELAUNCHED, decided
+    assert "the second launches re-measure C=1, 4 only (compare_noise_floor_levels: 2)" in decided["msg"]
     host_dir = results / "first" / HOST
     launches = []
     for mode in ("baseline", "eagle3"):
         assert not (host_dir / f"{mode}.json").exists()
         for n in (1, 2):
-            info = json.loads((host_dir / f"{mode}@launch{n}.json").read_text())["server"]["server_info"]
+            found = json.loads((host_dir / f"{mode}@launch{n}.json").read_text())
+            # The first launch sweeps every level, the second the floor's levels only.
+            assert [lv["concurrency"] for lv in found["levels"]] == (LEVELS if n == 1 else RELAUNCHED), found["levels"]
+            info = found["server"]["server_info"]
             emu = info["emulator"]
             # Each launch drew its own speed, at the default sd: the variation reached the server.
             assert emu["launch_sd"] == 0.02, emu
@@ -85,15 +94,23 @@ def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it
     floor = json.loads((results / "noise-floor" / f"{HOST}.json").read_text())
     part = floor["runs"]["first"]
     # Two modes, two launches each: 2 degrees of freedom; a level a launch did not keep up with measures nothing.
-    assert floor["host"] == HOST and part["df"] == 2 and 1 <= part["df_levels"] <= 2 * len(LEVELS), part
+    assert floor["host"] == HOST and part["df"] == 2 and 1 <= part["df_levels"] <= 2 * len(RELAUNCHED), part
     found = summary(results, "first")
     variation = found["launch_variation"]
     assert variation["held"] is True and variation["measured"]["df"] == 2, variation
     # Each level pooled from both launches has the floor's interval (2 degrees of freedom, more than its own 1),
     # its own kept beside it.
     pooled = [lv for lv in found["levels"] if lv["launches"] == 2 and lv["speedup"] is not None]
-    assert pooled, found["levels"]
+    assert pooled and {lv["concurrency"] for lv in pooled} <= set(RELAUNCHED), found["levels"]
     assert all(lv["speedup_ci95_launches"] for lv in pooled), pooled
+    # The level measured once per mode holds the floor this run measured (widened unless its sd estimate is 0).
+    once = [lv for lv in found["levels"] if lv["concurrency"] not in RELAUNCHED]
+    assert [lv["launches"] for lv in once] == [1], once
+    widened = found["comparisons"]["eagle3"]["launch_variation"]["widened"]
+    if variation["floor"]["launch_sd"] > 0 and once[0]["speedup"] is not None:
+        assert widened == [16] and once[0]["speedup_ci95_window"], (widened, once)
+    else:
+        assert widened == [], (variation, widened)
 
 
 def test_the_next_run_reads_the_floor_launches_once_and_widens_every_level(two_runs):

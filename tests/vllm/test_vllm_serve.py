@@ -101,13 +101,13 @@ def test_serving_again_is_idempotent_only_after_a_verified_proof(served):
     assert status["running"] and status["healthy"] and status["same"], status
     # The parser the compare run read from this vLLM is read back, not probed again (one install, one probe).
     assert again.task("Check every flag and the speculative method")["parser_cache"] == "hit"
-    first = runs["serve"].task("Hold against the run and write serve.json")["doc"]
+    first = runs["serve"].task("Hold against its references and write serve.json")["doc"]
     if first["verified"]:
         assert again.changed() == [], again.changed()
     else:  # a failed or unclear proof is never up to date: proved again on the server that runs (not relaunched)
         assert "proving it again where it runs" in again.stdout, again.stdout[-6000:]
         assert again.task_started("Launch vLLM") == []
-        second = again.task("Hold against the run and write serve.json")["doc"]
+        second = again.task("Hold against its references and write serve.json")["doc"]
         assert second["service"]["pid"] == first["service"]["pid"], (first["service"], second["service"])
 
 

@@ -38,7 +38,7 @@ from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, C
 from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
 from .intervals import borrow_ci, family_ci, level_figures, log_half_width, ratio_ci
-from .launch_noise import LAUNCH_METHOD
+from .launch_noise import LAUNCH_METHOD, relaunch_levels
 from .launch_noise import estimate as launch_estimate
 from .launch_noise import floor_file as launch_floor_file
 from .launch_noise import floor_from as launch_floor_from
@@ -83,6 +83,7 @@ from .serve_proof import (
     offs_drafting,
     proof_rows,
     proof_verdict,
+    reference_modes,
     regression_action,
     rollback_mode,
 )
@@ -121,10 +122,10 @@ __all__ = [
     "proof_workload", "retire",
     "retire_others",
     "rollback_plan", "run_time_scale", "same_configuration", "up_to_date", "proves_in_place", "version_difference",
-    "ON_REGRESSION", "best_static", "ignored_schedule", "offs_drafting", "proof_rows", "proof_verdict",
+    "ON_REGRESSION", "best_static", "ignored_schedule", "offs_drafting", "proof_rows", "proof_verdict", "reference_modes",
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
-    "LAUNCH_METHOD", "launch_estimate", "launch_floor_file", "launch_floor_from", "launch_node_floor",
+    "LAUNCH_METHOD", "launch_estimate", "launch_floor_file", "launch_floor_from", "launch_node_floor", "relaunch_levels",
     "launch_read_parts", "launch_widen", "launch_widen_proof", "family_ci", "FAMILY_METHOD",
     "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",

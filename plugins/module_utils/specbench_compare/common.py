@@ -28,6 +28,8 @@ ARGUMENT_SPEC = {
     "noise_floor_max_age_days": {"type": "float", "default": 30.0},
     "plan_launches": {"type": "str"},
     "noise_floor_min_df": {"type": "int", "default": 2},
+    "plan_levels": {"type": "list", "elements": "int"},
+    "noise_floor_levels": {"type": "int", "default": 2},
     "refine": {
         "type": "dict",
         "options": {

@@ -119,6 +119,23 @@ def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: 
             "runs": used, "oldest": oldest.isoformat() if oldest else None, "max_age_days": max_age_days}
 
 
+def relaunch_levels(levels: list[int], count: int) -> list[int]:
+    """The levels a run that measures the floor re-measures in its second launch of each mode: ``count`` of the
+    sweep's ``levels``, spread over them by index from the lowest (1, 2, 5, 10, 30, 70, 100, 250 and 2 -> 1 and
+    30: the top level, the likeliest to saturate and so to give no evidence, is the last picked). Every level
+    (the list itself) when ``count`` is 0 or reaches their number.
+
+    The floor needs launch-to-launch variation, not every level twice: a launch effect moves all of a launch's
+    levels (the degrees of freedom claimed are per mode, ``estimate``), so a few levels measure it; the levels
+    measured once per mode hold it as a later run's do (``widen``). The first run on a node then costs two
+    launches more than a later one, not twice its time (benchmarks/time_to_decision.py)."""
+    ordered = sorted({int(c) for c in levels})
+    n = len(ordered)
+    if count <= 0 or count >= n:
+        return ordered
+    return sorted({ordered[(j * n) // count] for j in range(count)})
+
+
 def floor_file(results_dir: str, host: str) -> str:
     """The host's noise floor file: ``<results_dir>/noise-floor/<host>.json``."""
     return os.path.join(results_dir, "noise-floor", f"{host}.json")

@@ -34,7 +34,7 @@ from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
 from .launch_noise import widen_proof
-from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts
+from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts, proof_references
 from .verdict import level_failure, level_saturation
 
 ON_REGRESSION = ("rollback", "keep", "fail")
@@ -65,17 +65,39 @@ def best_static(results: dict[str, dict], conc: int) -> tuple[str | None, float 
     return best
 
 
+def reference_modes(summary: dict | None, results: dict[str, dict], plan: dict, levels: list[int],
+                    asked_for: bool) -> dict[int, str]:
+    """``{concurrency: mode}``: what the proof holds the served configuration to at each level, as ``proof_rows``
+    reads it - the plan's own reference (``proof_rule.proof_references``), or the best static mode the run
+    measured there for a configuration asked for with ``serve_mode`` (or a run without a summary). A level no
+    static mode measured is left out. The serve role measures these modes again just before the served launch
+    (``serve_measure_references``)."""
+    if summary and not asked_for:
+        return proof_references(summary, plan, levels)
+    out = {}
+    for conc in levels:
+        mode = best_static(results, conc)[0]
+        if mode:
+            out[conc] = mode
+    return out
+
+
 def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None,
                references: dict[int, str] | None = None, baseline: str = BASELINE,
-               launch_floor: dict | None = None) -> list[dict]:
+               launch_floor: dict | None = None, measured_now: set[str] | None = None,
+               judge_plan: bool = True) -> list[dict]:
     """One row per level of the run: the served sweep (a results file) against the best static mode
     there, or against ``reference`` (one mode of the run: a rollback's own check), or against
     ``references[level]`` (``proof_rule.proof_references``: the plan's own reference at each
-    level). The served sweep is one launch and its reference was measured in other launches at another
-    time: with the node's noise floor (``launch_floor``, launch_noise.node_floor) each ratio's interval holds
-    that launch-to-launch variation (launch_noise.widen_proof); without one it holds the windows alone. Each
-    row's verdict reads the simultaneous interval over the rows (``proof_rule.family_proof_verdicts``, which
-    also checks ``margin``)."""
+    level). ``measured_now`` names the modes of ``results`` measured again just before the served launch
+    (the serve role's ``serve_measure_references``; each row's ``reference_now``), the others are the run's.
+    ``judge_plan`` False: ``references`` are the best static modes chosen from the run (a configuration asked
+    for with serve_mode), not the plan's, so whether the plan speculates at a level is not judged.
+    The served sweep is one launch and its reference was measured in other launches: with the node's noise
+    floor (``launch_floor``, launch_noise.node_floor) each ratio's interval holds that launch-to-launch
+    variation (launch_noise.widen_proof); without one it holds the windows alone. Each row's verdict reads
+    the simultaneous interval over the rows (``proof_rule.family_proof_verdicts``, which also checks
+    ``margin``)."""
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
     base = baseline
@@ -89,7 +111,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             ref, ref_ci = _rate(_levels(results.get(mode)).get(conc))
         thr, ci = _rate(mine.get(conc))
         ref_launches[conc] = int((_levels(results.get(mode)).get(conc) or {}).get("launches") or 1) if mode else 1
-        speculates = None if not references or reference else (references.get(conc) != base)
+        speculates = None if not references or reference or not judge_plan else (references.get(conc) != base)
         drafts = _drafts(mine.get(conc))
         ratio, ratio_ci95 = ratio_ci(thr, ci, ref, ref_ci) if thr is not None and ref else (None, None)
         rows.append({
@@ -98,6 +120,8 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             "served_ci95": _rnd_pair(ci, 3),
             "best_static_mode": mode,
             "best_static_tok_per_s": _rnd(ref, 3),
+            # Measured just before the served launch (True), or by the compare run at another time (False).
+            "reference_now": bool(mode and mode in (measured_now or ())),
             "ratio": _rnd(ratio),
             "ratio_ci95": _rnd_pair(ratio_ci95),
             # The plan speculates here (None: not judged, a serve_mode override or a rollback's check), and

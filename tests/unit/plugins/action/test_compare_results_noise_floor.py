@@ -39,7 +39,7 @@ def test_the_action_stores_each_runs_part_once_and_reads_the_floor_back(tmp_path
     assert (tmp_path / "noise-floor" / "node.json").is_file()
 
 
-def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0) -> dict:
+def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0, levels=None, floor_levels: int = 2) -> dict:
     """_plan_launches as the compare role's preflight calls it (the action's other state is not used)."""
     import types
 
@@ -47,7 +47,8 @@ def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0) ->
 
     owner = types.SimpleNamespace(_display=types.SimpleNamespace(warning=lambda text: None))
     args = {"plan_launches": launches_arg, "hosts": ["node"], "results_dir": str(tmp_path),
-            "noise_floor_min_df": min_df, "noise_floor_max_age_days": max_age}
+            "noise_floor_min_df": min_df, "noise_floor_max_age_days": max_age, "plan_levels": levels,
+            "noise_floor_levels": floor_levels}
     try:
         return ActionModule._plan_launches(owner, {}, args, [])
     except AnsibleActionFail as exc:
@@ -74,3 +75,24 @@ def test_auto_launches_twice_until_the_node_has_a_floor_then_once(tmp_path):
     assert plan(tmp_path, "3")["launches"] == 3 and plan(tmp_path, "1")["launches"] == 1
     assert "compare_launches must be auto or a whole number from 1 to 10 (got '0')" in plan(tmp_path, "0")["failed"]
     assert "compare_noise_floor_min_df must be 1 or more" in plan(tmp_path, "auto", min_df=0)["failed"]
+
+
+def test_a_run_measuring_the_floor_relaunches_a_few_levels_spread_from_the_lowest(tmp_path):
+    """compare_noise_floor_levels (issue 36, item 3): the second launches of a run without a floor re-measure a
+    few levels, spread by index from the lowest; every level when 0 or when there are no more levels than that;
+    a run with a floor, or an explicit number of launches, re-measures every level (relaunch_levels empty)."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import relaunch_levels
+
+    seeds = [1, 2, 5, 10, 30, 70, 100, 250]
+    assert relaunch_levels(seeds, 2) == [1, 30]
+    assert relaunch_levels(seeds, 3) == [1, 5, 70]
+    assert relaunch_levels([16, 1, 4], 2) == [1, 4]
+    assert relaunch_levels(seeds, 0) == seeds and relaunch_levels(seeds, 8) == seeds and relaunch_levels([4], 2) == [4]
+    first = plan(tmp_path, "auto", levels=seeds)
+    assert first["launches"] == 2 and first["relaunch_levels"] == [1, 30]
+    assert "the second launches re-measure C=1, 30 only (compare_noise_floor_levels: 2)" in first["msg"]
+    every = plan(tmp_path, "auto", levels=seeds, floor_levels=0)
+    assert every["launches"] == 2 and every["relaunch_levels"] == [] and "re-measure" not in every["msg"]
+    assert plan(tmp_path, "auto", levels=[1, 4], floor_levels=2)["relaunch_levels"] == []
+    assert plan(tmp_path, "2", levels=seeds)["relaunch_levels"] == []
+    assert "compare_noise_floor_levels must be 0 or more" in plan(tmp_path, "auto", levels=seeds, floor_levels=-1)["failed"]
