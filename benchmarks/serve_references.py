@@ -54,8 +54,9 @@ def proof_lines(doc: dict) -> list[str]:
         ci = row.get("ratio_ci95")
         ratio = f"{row['ratio']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if row.get("ratio") and ci else "-"
         when = "measured just before" if row.get("reference_now") else "the compare run's"
-        out.append(f"    C={row['concurrency']:<4} against {row.get('best_static_mode')} ({when}): {ratio} "
-                   f"{row.get('verdict')}")
+        out.append(f"    C={row['concurrency']:<4} served {row.get('served_tok_per_s')} tok/s {row.get('served_ci95')} "
+                   f"against {row.get('best_static_mode')} ({when}) {row.get('best_static_tok_per_s')}: {ratio} "
+                   f"(windows alone {row.get('ratio_ci95_window')}) {row.get('verdict')}")
     return out
 
 
@@ -65,6 +66,7 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--window-s", type=float, default=5.0)
     ap.add_argument("--hog", type=int, default=1, help="busy-loop processes during both serve runs (0: none)")
+    ap.add_argument("--keep", help="a folder to copy both serve.json documents to")
     args = ap.parse_args()
     import vllmkit  # noqa: PLC0415 - after the path set-up above
 
@@ -91,18 +93,23 @@ def main() -> int:
                 hog = multiprocessing.Process(target=spin, daemon=True)
                 hog.start()
                 hogs.append(hog)
-            for name, again in (("run's figures", False), ("measured again", True)):
+            for name, again in (("run's figures", False), ("references measured again", True)):
                 served = kit.run_playbook(tmp / f"serve-{again}", "playbooks/serve.yml", inv,
                                           {**extra, "serve_measure_references": again}, timeout=3600)
                 rcs[name] = served.rc
                 path = tmp / "results" / "run1" / "localhost" / "serve.json"
                 docs[name] = json.loads(path.read_text()) if path.is_file() else {}
+                if args.keep:
+                    Path(args.keep).mkdir(parents=True, exist_ok=True)
+                    (Path(args.keep) / f"serve-{again}.json").write_text(json.dumps(docs[name], indent=1))
+                # Retired between the two: a configuration that runs already is proved where it runs (nothing
+                # relaunched, no references measured), so the second proof starts from a node serving nothing.
+                kit.run_playbook(tmp / f"absent-{again}", "playbooks/serve.yml", inv,
+                                 {**extra, "serve_state": "absent"}, timeout=600)
         finally:
             for hog in hogs:
                 hog.terminate()
                 hog.join(5)
-            kit.run_playbook(tmp / "absent", "playbooks/serve.yml", inv, {**extra, "serve_state": "absent"},
-                             timeout=600)
             vllmkit.kill_recorded(tmp / "node")
     print(f"serve_references: REAL ENGINE ON CPU (vLLM's CPU build, tiny model), baseline against n-gram at C={args.levels}"
           f"; {args.hog} busy loop(s) on the node during both serve runs, none during compare; rc {rcs}")

@@ -173,6 +173,22 @@ def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[i
                                 1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))]
 
 
+def within_interval(level: dict | None, floor: dict | None) -> list[float] | None:
+    """A level pooled from k >= 2 launches, as the serve proof holds it against a launch of its own: its mean
+    with the launches' root-mean-square window half-width alone, where the node's floor has more degrees of
+    freedom than its k - 1 (as ``pooled_ci`` decides) - the floor's launch part is then added once, by
+    ``widen_proof``, instead of beside the launches' own t(k - 1) spread. None to keep the level's interval."""
+    if not floor or not level:
+        return None
+    mean = _num(level.get("output_tok_per_s"))
+    cis = [c for c in (_interval(c) for c in level.get("launch_ci95") or []) if c and c[0] > 0]
+    k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
+    if mean is None or mean <= 0 or k < 2 or not cis or int(floor["df"]) <= k - 1:
+        return None
+    within = math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
+    return [round(mean * math.exp(-within), 3), round(mean * math.exp(within), 3)]
+
+
 def widen(rows: list[dict], floor: dict | None) -> list[int]:
     """Add the floor's launch variation to every level measured in one launch per mode (module docstring).
 

@@ -33,7 +33,7 @@ import statistics
 from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import level_figures, ratio_ci
-from .launch_noise import widen_proof
+from .launch_noise import widen_proof, within_interval
 from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts, proof_references
 from .verdict import level_failure, level_saturation
 
@@ -109,6 +109,9 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
         else:
             mode = reference or (references or {}).get(conc)
             ref, ref_ci = _rate(_levels(results.get(mode)).get(conc))
+        # A reference pooled from the run's launches: its windows' part only, the floor's launch part added once.
+        if ref is not None:
+            ref_ci = within_interval(_levels(results.get(mode)).get(conc), launch_floor) or ref_ci
         thr, ci = _rate(mine.get(conc))
         ref_launches[conc] = int((_levels(results.get(mode)).get(conc) or {}).get("launches") or 1) if mode else 1
         speculates = None if not references or reference or not judge_plan else (references.get(conc) != base)

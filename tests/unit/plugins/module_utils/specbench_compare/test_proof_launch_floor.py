@@ -14,6 +14,7 @@ import datetime
 import math
 import random
 
+import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
@@ -76,3 +77,27 @@ def test_a_widened_ratio_keeps_its_window_interval_and_its_parts():
     assert math.isclose(math.log(rows[0]["ratio_ci95"][1] / 0.9), math.hypot(w, extra), rel_tol=1e-3)
     assert rows[0]["ci_parts"][1] == [[round(extra, 6), 4]] and "ratio_ci95_window" not in rows[1]
     assert cmp.launch_widen_proof(rows, None, {}) == []
+
+
+def test_a_reference_pooled_from_the_runs_launches_holds_the_floor_once():
+    """A reference pooled from two launches carries their spread on t(1) = 12.7 in its own interval; held
+    against the served launch with the node's floor (2 degrees of freedom, more than its 1), the proof reads
+    its windows' part and adds the floor's launch part once (t(2) sigma_L sqrt(1 + 1/2)), as the comparison's
+    pooled levels do (launch_noise.pooled_ci), instead of both."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_client.stats import t975
+
+    launches = [result("eagle3", [level(c, 100.0 * c * f, 0.02) for c in LEVELS]) for f in (1.0, 1.1)]
+    pooled = cmp.pool_runs([(None, launches[0]), ("launch2", launches[1])])
+    served = result("eagle3", [level(c, 105.0 * c, 0.02) for c in LEVELS])
+    floor = {"launch_sd": 0.05, "df": 2, "runs": ["earlier"]}
+    own = cmp.proof_rows(served, {"eagle3": pooled}, 0.1, reference="eagle3")
+    held = cmp.proof_rows(served, {"eagle3": pooled}, 0.1, reference="eagle3", launch_floor=floor)
+    launch_part = t975(2) * 0.05 * math.sqrt(1 + 1 / 2)
+    for a, b in zip(own, held, strict=True):
+        w_own = math.log(a["ratio_ci95"][1] / a["ratio_ci95"][0]) / 2
+        w_held = math.log(b["ratio_ci95"][1] / b["ratio_ci95"][0]) / 2
+        w_windows = math.log(b["ratio_ci95_window"][1] / b["ratio_ci95_window"][0]) / 2
+        # The windows alone: the served launch's +-2% and the launches' root-mean-square +-2%, no t(1) spread.
+        assert w_windows == pytest.approx(math.hypot(0.02, 0.02), rel=0.05), b
+        assert w_held == pytest.approx(math.hypot(w_windows, launch_part), rel=1e-3), b
+        assert w_held < w_own, (a, b)
