@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -42,7 +43,10 @@ import specbench_testkit as kit  # noqa: E402
 
 
 def spin() -> None:
-    """Another job on the node: one core kept busy until terminated."""
+    """Another job on the node: one core kept busy until terminated. SIGTERM's default action is put back first:
+    the parent's Python handlers (ansible-runner installs some) would otherwise be inherited and keep it spinning."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     x = 0
     while True:
         x = (x * 1103515245 + 12345) & 0xFFFFFFFF
@@ -110,6 +114,9 @@ def main() -> int:
             for hog in hogs:
                 hog.terminate()
                 hog.join(5)
+                if hog.is_alive():
+                    hog.kill()
+                    hog.join(5)
             vllmkit.kill_recorded(tmp / "node")
     print(f"serve_references: REAL ENGINE ON CPU (vLLM's CPU build, tiny model), baseline against n-gram at C={args.levels}"
           f"; {args.hog} busy loop(s) on the node during both serve runs, none during compare; rc {rcs}")

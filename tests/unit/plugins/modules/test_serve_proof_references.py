@@ -98,4 +98,3 @@ def test_a_reference_that_was_not_measured_again_falls_back_to_the_run_and_says_
     assert any("eagle3 was not measured again before the served launch" in w for w in warnings(out)), out
     # A reference measured again never makes the faster mode of the run lose its place as the reference.
     assert {r["best_static_mode"] for r in doc["levels"]} == {"eagle3"}
-
