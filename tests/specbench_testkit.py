@@ -491,8 +491,7 @@ class PlaybookRun:
 #   floor, and every test's node is new: one launch per mode.
 # - serve.yml's default, serve_measure_references: true, launches each of the proof's references again just
 #   before the served launch: the tests about other parts of serve.yml hold the proof to the run's figures.
-# tests/compare/test_launch_floor_runs.py runs both compare defaults end to end, tests/compare/test_serve_runs.py
-# (its rollback) the serve default.
+# tests/compare/test_launch_floor_runs.py runs the compare defaults and serve.yml's end to end.
 PINNED = {"sglang_server_emulator_launch_sd": 0}
 COMPARE_PINNED = {"compare_launches": 1}
 SERVE_PINNED = {"serve_measure_references": False}

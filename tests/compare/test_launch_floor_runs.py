@@ -4,11 +4,13 @@ compare.yml twice on one emulated node, with the defaults a user gets (``compare
 emulator's ``sglang_server_emulator_launch_sd`` as on a real node), through ansible-runner:
 
 1. The node has no noise floor: every mode is launched twice, in A B B A order, each launch a fresh
-   server at its own speed, the second at two of the three levels only (``compare_noise_floor_levels``);
+   server at its own speed, the second at one of the two levels only (``compare_noise_floor_levels``);
    the launch variation is measured and stored as the node's floor (``<results_dir>/noise-floor/<host>.json``),
    the levels measured twice are pooled and the one measured once per mode is widened by that floor.
 2. The same node again: its floor is there, so each mode is launched once, and every level's interval
    is widened by the floor (the window-only interval kept beside it).
+3. serve.yml on that run with its default ``serve_measure_references``: the proof's reference launched
+   and measured again just before the served launch, and the proof held to it.
 
 What this proves is the wiring, on real processes: the decision, the order, the emulator's variation
 reaching the results, the floor written and read. Whether the intervals cover is the simulation's to
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import compare_kit
 import pytest
 from compare_kit import node_vars, run_playbook
 from specbench_testkit import free_port, inventory, kill_node_servers, role_default
@@ -27,8 +30,11 @@ from specbench_testkit import free_port, inventory, kill_node_servers, role_defa
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 HOST = "floor"
-LEVELS = [1, 4, 16]
-RELAUNCHED = [1, 4]  # compare_noise_floor_levels: 2 of the three, from the lowest
+LEVELS = [1, 16]
+# compare_noise_floor_levels: 1 of the two here (the default, 2, of the seeds' eight is the same rule: the
+# lowest first, spread by index; tests/unit/plugins/action/test_compare_results_noise_floor.py), for time.
+FLOOR_LEVELS = 1
+RELAUNCHED = [1]
 RUN_TIMEOUT_S = 600
 
 
@@ -38,19 +44,29 @@ def two_runs(tmp_path_factory):
     node = tmp / "node-floor"
     # The roles' own defaults, which the suite otherwise pins (specbench_testkit.PINNED): this test is about them.
     defaults = {"compare_launches": role_default("compare", "compare_launches"),
-                "compare_noise_floor_levels": role_default("compare", "compare_noise_floor_levels"),
                 "sglang_server_emulator_launch_sd": role_default("sglang_server", "sglang_server_emulator_launch_sd")}
-    # Real time (time scale 1): the emulator and the client stay light beside the rest of the suite.
-    hosts = {HOST: node_vars(node, free_port(), time_scale=1.0, bench_concurrency=LEVELS, bench_input_len=32,
-                             bench_output_len=32, bench_warmup_s=1, bench_window_s=2)}
+    # Real time (time scale 1): the emulator and the client stay light beside the rest of the suite. One emulated
+    # GPU (the Llama-3.1-8B/H100 profile, one scheduler process per launch, not eight): six launches here.
+    hosts = {HOST: node_vars(node, free_port(), compare_kit.LLAMA, time_scale=1.0, sglang_server_tp_size=1,
+                             bench_concurrency=LEVELS, bench_input_len=32, bench_output_len=32, bench_warmup_s=1,
+                             bench_window_s=2)}
     runs = {}
     try:
         for run_id in ("first", "second"):
             runs[run_id] = run_playbook(tmp, "playbooks/compare.yml", inventory(hosts),
                                         extravars={"results_dir": str(tmp / "results"), "run_id": run_id,
-                                                   "compare_plots": False, **defaults},
+                                                   "compare_plots": False, **defaults,
+                                                   "compare_noise_floor_levels": FLOOR_LEVELS},
                                         timeout=RUN_TIMEOUT_S)
             assert runs[run_id].rc == 0, runs[run_id].stdout[-5000:]
+        # 3. serve.yml on the second run with its default serve_measure_references (the suite pins it off
+        # elsewhere): static eagle3, asked for, held to the best static mode at each level, measured again.
+        runs["serve"] = run_playbook(tmp, "playbooks/serve.yml", inventory(hosts),
+                                     extravars={"results_dir": str(tmp / "results"), "run_id": "second",
+                                                "serve_mode": "eagle3", "serve_on_regression": "keep",
+                                                "serve_measure_references": role_default("serve", "serve_measure_references"),
+                                                "sglang_server_emulator_launch_sd": defaults["sglang_server_emulator_launch_sd"]},
+                                     timeout=RUN_TIMEOUT_S)
     finally:
         kill_node_servers(node)
     return runs, tmp / "results", defaults
@@ -62,8 +78,8 @@ def summary(results: Path, run_id: str) -> dict:
 
 def test_the_defaults_are_auto_and_a_real_nodes_launch_variation(two_runs):
     unused, unused_results, defaults = two_runs
-    assert defaults == {"compare_launches": "auto", "compare_noise_floor_levels": 2,
-                        "sglang_server_emulator_launch_sd": 0.02}
+    assert defaults == {"compare_launches": "auto", "sglang_server_emulator_launch_sd": 0.02}
+    assert role_default("compare", "compare_noise_floor_levels") == 2
 
 
 def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it_measured(two_runs):
@@ -73,7 +89,7 @@ def test_a_node_without_a_floor_launches_each_mode_twice_abba_and_stores_what_it
     assert "compare_launches auto: two launches per mode, A B B A" in decided["msg"]
     assert f"{HOST} has no noise floor younger than 30 days" in decided["msg"]
     assert decided["relaunch_levels"] == RELAUNCHED, decided
-    assert "the second launches re-measure C=1, 4 only (compare_noise_floor_levels: 2)" in decided["msg"]
+    assert "the second launches re-measure C=1 only (compare_noise_floor_levels: 1)" in decided["msg"]
     host_dir = results / "first" / HOST
     launches = []
     for mode in ("baseline", "eagle3"):
@@ -139,3 +155,34 @@ def test_the_next_run_reads_the_floor_launches_once_and_widens_every_level(two_r
     assert "noise floor" in (host_dir / "report.md").read_text()
     # The floor file still holds the first run alone: a one-launch run measures no variation.
     assert list(json.loads((results / "noise-floor" / f"{HOST}.json").read_text())["runs"]) == ["first"]
+
+
+def test_the_proof_holds_its_reference_measured_just_before_the_served_launch(two_runs):
+    """serve_measure_references (issue 36, item 2): the reference the proof holds the served configuration to
+    is launched and measured again on the node, just before the served launch, and the proof reads it, not the
+    compare run's figure taken at another time."""
+    runs, results, unused = two_runs
+    served = runs["serve"]
+    assert served.rc == 0, served.stdout[-5000:]
+    host = results / "second" / HOST
+    doc = json.loads((host / "serve.json").read_text())
+    fresh_dir = host / "serve" / "references" / "second" / HOST
+    fresh = {p.stem: json.loads(p.read_text()) for p in sorted(fresh_dir.glob("*.json"))}
+    # The best static mode the run measured at each level (eagle3 pays at both on this profile), once.
+    modes = served.task("Read what the run recommended for this host")["reference_modes"]
+    assert modes == sorted({r["best_static_mode"] for r in doc["levels"]}) and sorted(fresh) == modes, (modes, fresh)
+    for mode, found in fresh.items():
+        assert [lv["concurrency"] for lv in found["levels"]] == LEVELS and found["mode"] == mode
+    # Each reference in a launch of its own, torn down, then the served configuration's launch.
+    served_file = host / "serve" / "second" / HOST / "eagle3.json"
+    started = {m: f["server"]["server_info"]["startup_time"] for m, f in fresh.items()}
+    served_start = json.loads(served_file.read_text())["server"]["server_info"]["startup_time"]
+    assert max(started.values()) < served_start, (started, served_start)
+    # The proof read the references measured now.
+    rows = [r for r in doc["levels"] if r["best_static_mode"]]
+    assert [r["concurrency"] for r in rows] == LEVELS and all(r["reference_now"] for r in rows), doc["levels"]
+    assert doc["reference_measured"].startswith("again on this node, each in a launch of its own"), doc
+    for row in doc["levels"]:
+        assert row["best_static_tok_per_s"] == pytest.approx(
+            next(lv["output_tok_per_s"] for lv in fresh[row["best_static_mode"]]["levels"]
+                 if lv["concurrency"] == row["concurrency"]), rel=1e-3), row
