@@ -173,20 +173,26 @@ def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[i
                                 1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))]
 
 
+def _launch_windows(level: dict) -> tuple[int, float] | None:
+    """A pooled level's launches: (k, the root-mean-square log half-width of their windows), or None when it
+    was measured in fewer than two launches or its launches carry no interval."""
+    cis = [c for c in (_interval(c) for c in level.get("launch_ci95") or []) if c and c[0] > 0]
+    k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
+    if k < 2 or not cis:
+        return None
+    return k, math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
+
+
 def within_interval(level: dict | None, floor: dict | None) -> list[float] | None:
     """A level pooled from k >= 2 launches, as the serve proof holds it against a launch of its own: its mean
     with the launches' root-mean-square window half-width alone, where the node's floor has more degrees of
     freedom than its k - 1 (as ``pooled_ci`` decides) - the floor's launch part is then added once, by
     ``widen_proof``, instead of beside the launches' own t(k - 1) spread. None to keep the level's interval."""
-    if not floor or not level:
+    mean = _num((level or {}).get("output_tok_per_s"))
+    found = _launch_windows(level) if floor and level else None
+    if mean is None or mean <= 0 or found is None or int(floor["df"]) <= found[0] - 1:
         return None
-    mean = _num(level.get("output_tok_per_s"))
-    cis = [c for c in (_interval(c) for c in level.get("launch_ci95") or []) if c and c[0] > 0]
-    k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
-    if mean is None or mean <= 0 or k < 2 or not cis or int(floor["df"]) <= k - 1:
-        return None
-    within = math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
-    return [round(mean * math.exp(-within), 3), round(mean * math.exp(within), 3)]
+    return [round(mean * math.exp(-found[1]), 3), round(mean * math.exp(found[1]), 3)]
 
 
 def widen(rows: list[dict], floor: dict | None) -> list[int]:
@@ -226,13 +232,10 @@ def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict |
         return None
     sides = []
     for level in (base_level, spec_level):
-        cis = [_interval(c) for c in level.get("launch_ci95") or []]
-        cis = [c for c in cis if c and c[0] > 0]
-        k = len([x for x in level.get("launch_tok_per_s") or [] if _num(x)])
-        if k < 2 or not cis:
+        found = _launch_windows(level)
+        if found is None:
             return None
-        within = math.sqrt(math.fsum(((math.log(c[1]) - math.log(c[0])) / 2) ** 2 for c in cis) / len(cis))
-        sides.append((k, within))
+        sides.append(found)
     if int(floor["df"]) <= min(k for k, unused in sides) - 1:
         return None
     t = t975(int(floor["df"]))
