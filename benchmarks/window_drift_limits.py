@@ -88,9 +88,10 @@ def drift_allowance(fine: list, seconds: float, durations: list, horizon: float)
         det = sw * swff - swf * swf
         s2 = (sw * swfg - swf * swg) / det if det > 0 else 0.0
         a = (swg - s2 * swf) / sw
-        if s2 < 0 or a < 0:
-            s2 = max(0.0, (swfg - max(0.0, a) * swf) / swff) if s2 >= 0 else 0.0
-            a = max(0.0, (swg - s2 * swf) / sw)
+        if s2 < 0:  # no drift term: the plateau alone
+            s2, a = 0.0, swg / sw
+        elif a < 0:  # no plateau: the drift term alone
+            s2, a = swfg / swff, 0.0
         ss = math.fsum(wi * (gi - a - s2 * fi) ** 2 for wi, gi, fi in zip(w, gam, f, strict=True))
         if best is None or ss < best[0]:
             best = (ss, s2 * _g(n / tc))
