@@ -497,9 +497,257 @@ def scen_adaptive(runs: int, rng: random.Random) -> None:
                   f"window's time (mean); fixed covers {rate(fixed['covered'], fixed['unwarned'])}")
 
 
-SCENARIOS = {"tie": scen_tie, "launch": scen_launch, "floor": scen_floor, "floor2": scen_floor2,
-             "smooth": scen_smooth, "traffic": scen_traffic, "categories": scen_categories, "choice": scen_choice,
-             "failed": scen_failed, "windows": scen_windows, "adaptive": scen_adaptive}
+
+# ---------------------------------------------------------------------------------------------
+# The default design as compare.yml runs it: planned launches (A B B A with the floor's relaunch levels on a node
+# without a floor, one per mode on one with), then sequential rounds (sequential.plan_round) at the levels left
+# unclear, each look family-wise at its share of the error rate (sequential.look_alphas), the node's floor read
+# again at every look with this run's launches (launch_noise).
+NOW = "2026-01-01T00:00:00+00:00"
+MAX_LAUNCHES = 6  # compare_max_launches' default
+PRIOR = (cmp.launch_noise.PRIOR_SD, cmp.launch_noise.PRIOR_DF)  # compare_noise_floor_prior_sd and _df's defaults
+LOAD_LEVELS = 3.0  # a launch's fixed cost (model load, warm-up) in levels' measuring time, for time_x
+
+
+def launch_effects(rng: random.Random, levels, launch_sd: float, rho: float) -> dict:
+    """One launch's multiplicative effect per level: a part shared by every level (correlation rho) and one per level."""
+    if not launch_sd:
+        return dict.fromkeys(levels, 1.0)
+    common = rng.gauss(0.0, 1.0)
+    return {c: math.exp(launch_sd * (math.sqrt(rho) * common + math.sqrt(1.0 - rho) * rng.gauss(0.0, 1.0)))
+            for c in levels}
+
+
+class Drift:
+    """The node's slow drift: a multiplicative AR(1) on the log rate, relative sd ``sd``, correlation time ``tau``
+    (request durations), advanced over the run's own clock (loads, warm-ups, windows); a window's rate is the mean
+    over its span. The window's own interval does not see it (the conservative case)."""
+
+    def __init__(self, rng: random.Random, sd: float, tau: float, window: float):
+        self.rng, self.sd, self.tau, self.window = rng, sd, tau, window
+        self.step = max(0.5, min(tau / 5.0, window / 20.0))
+        self.phi = math.exp(-self.step / tau)
+        self.noise = math.sqrt(1.0 - self.phi ** 2) * sd
+        self.d = rng.gauss(0.0, sd)
+
+    def advance(self, span: float) -> float:
+        """Advance ``span`` request durations; the mean of exp(drift) over them."""
+        n = max(1, int(round(span / self.step)))
+        total = 0.0
+        for _ in range(n):
+            self.d = self.phi * self.d + self.noise * self.rng.gauss(0.0, 1.0)
+            total += math.exp(self.d)
+        return total / n
+
+
+def one_launch(rng, mode: str, truth: dict, levels, half: float, launch_sd: float, rho: float,
+               drift: Drift | None = None) -> dict:
+    effects = launch_effects(rng, levels, launch_sd, rho)
+    sd = half / Z
+    out = []
+    if drift:
+        drift.advance(2.0 * drift.window)  # the model load
+    for c in levels:
+        moved = 1.0
+        if drift:
+            drift.advance(drift.window / 2.0)  # the level's warm-up
+            moved = drift.advance(drift.window)
+        out.append(level(c, truth[c] * effects[c] * moved * math.exp(rng.gauss(0.0, sd)), half))
+    return result(mode, out)
+
+
+def design_run(rng: random.Random, speedups: dict, launch_sd: float, half: float = 0.02, design: str = "default",
+               earlier: dict | None = None, rho: float = 1.0, max_launches: int = MAX_LAUNCHES,
+               drift: Drift | None = None) -> dict:
+    """One compare run of ``design`` (default: planned + sequential rounds; fixed: the planned launches only) on a
+    node whose earlier runs stored ``earlier`` floor parts (None: a first run). Returns the final comparison, the
+    launches per mode, the run's cost in levels' time (launches at LOAD_LEVELS each) and this run's floor part."""
+    import datetime  # noqa: PLC0415
+    now = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    levels = sorted(speedups)
+    truth = {"baseline": {c: base_curve(c) for c in levels}}
+    truth["eagle3"] = {c: base_curve(c) * speedups[c] for c in levels}
+    first = not earlier
+    runs: dict = {"baseline": [], "eagle3": []}
+    cost = 0.0
+    planned = 2 if first else 1
+    again = cmp.relaunch_levels(levels, 2)
+    for n in range(planned):
+        order = ("baseline", "eagle3") if n % 2 == 0 else ("eagle3", "baseline")
+        for mode in order:
+            at = levels if n == 0 else again
+            runs[mode].append((None if n == 0 else f"launch{n + 1}", one_launch(rng, mode, truth[mode], at, half,
+                                                                                launch_sd, rho, drift)))
+            cost += LOAD_LEVELS + len(at)
+    rounds = max(0, max_launches - planned) if design == "default" else 0
+    alphas = cmp.look_alphas(rounds)
+    looks = []
+    while True:
+        look = len(looks) + 1
+        pooled = {m: cmp.pool_runs(r) for m, r in runs.items()}
+        parts = dict(earlier or {})
+        mine = cmp.launch_estimate(pooled)
+        if mine:
+            mine["measured_at"] = NOW
+            parts["this"] = mine
+        floor = cmp.launch_floor_from(parts, now=now, prior_sd=PRIOR[0], prior_df=PRIOR[1])
+        comp = cmp.compare_pair(pooled["baseline"], pooled["eagle3"], "baseline", "eagle3", floor, alphas[look - 1],
+                                looks)
+        plan = cmp.plan_round({"eagle3": comp}, look, rounds, max_launches, 0.0, None, 1.0, LOAD_LEVELS, "baseline")
+        if plan["done"]:
+            break
+        looks.append((pooled["baseline"], pooled["eagle3"], floor, alphas[look - 1]))
+        for mode in plan["order"]:
+            at = plan["levels"].get(mode) or []
+            if at:
+                runs[mode].append((f"round{look}", one_launch(rng, mode, truth[mode], at, half, launch_sd, rho,
+                                                              drift)))
+                cost += LOAD_LEVELS + len(at)
+    return {"comp": comp, "launches": len(runs["eagle3"]), "cost": cost, "part": mine, "floor": floor}
+
+
+def fixed_grid_cost(levels) -> float:
+    """The old fixed grid: one launch per mode at every level."""
+    return 2 * (LOAD_LEVELS + len(levels))
+
+
+def earlier_parts(rng: random.Random, count: int, launch_sd: float, half: float = 0.02, rho: float = 1.0,
+                  drift: Drift | None = None) -> dict:
+    """``count`` earlier first runs' floor parts on this node (A B B A with the relaunch levels)."""
+    parts = {}
+    for e in range(count):
+        out = design_run(rng, dict.fromkeys(SEED_LEVELS, 1.0), launch_sd, half, "fixed", None, rho, drift=drift)
+        parts[f"earlier{e}"] = out["part"]
+    return parts
+
+
+def scen_power(runs: int, rng: random.Random) -> None:
+    print(f"== power: a true speedup at every one of the 8 seed levels, launch effect shared by a launch's levels; "
+          f"design default = the planned launches + sequential rounds up to compare_max_launches {MAX_LAUNCHES}, fixed = "
+          f"the planned launches only (the whole error rate at one look); run first (A B B A) or later (one earlier "
+          f"run's floor); window = each level's 95% window half-width (0.008: the embedded default's C=1, 60-s "
+          f"windows); pays/loses: share of runs whose C=1 reads so; any_claim (ties): share with any claim at any "
+          f"level; mean_time_x: the run's time over the old fixed grid's (one launch per mode; a launch = "
+          f"{LOAD_LEVELS:g} levels' time); prior {PRIOR[0]:.0%} on {PRIOR[1]} degrees of freedom")
+    n = max(1, runs)
+    cells = [(0.02, 0.03, (1.00, 1.10, 1.20, 1.30)), (0.008, 0.01, (1.00, 1.04, 1.10)),
+             (0.008, 0.03, (1.00, 1.04, 1.10, 1.20)), (0.02, 0.05, (1.00, 1.10, 1.20, 1.30))]
+    for which in ("first", "later"):
+        for half, launch_sd, speedups in cells:
+            for speedup in speedups:
+                for design in ("default", "fixed"):
+                    pays = loses = launches = any_claim = 0
+                    cost = 0.0
+                    for _ in range(n):
+                        earlier = earlier_parts(rng, 1, launch_sd, half) if which == "later" else None
+                        out = design_run(rng, dict.fromkeys(SEED_LEVELS, speedup), launch_sd, half, design, earlier)
+                        row = out["comp"]["levels"][0]
+                        pays += row["verdict"] == "pays"
+                        loses += row["verdict"] == "loses"
+                        any_claim += bool(claims(out["comp"]))
+                        launches += out["launches"]
+                        cost += out["cost"] / fixed_grid_cost(SEED_LEVELS)
+                    extra = f" any_claim={any_claim / n:.3f}" if speedup == 1.0 else ""
+                    print(f"power speedup={speedup:.2f} launch_sd={launch_sd:.2f} design={design} run={which} "
+                          f"window={half:.3f} pays={pays / n:.3f} loses={loses / n:.3f} runs={n} "
+                          f"mean_launches={launches / n:.1f} mean_time_x={cost / n:.2f}{extra}", flush=True)
+
+
+def _tie_cell(rng: random.Random, n: int, which: str, **kw) -> tuple[int, int, int, int, int]:
+    """n tie runs of the default design: (runs with any claim, per-level 95% covers, levels, family covers, levels
+    with a family interval)."""
+    any_claim = cover = total = fam = fam_total = 0
+    drift_args = kw.pop("drift_args", None)
+    for _ in range(n):
+        drift = Drift(rng, *drift_args) if drift_args else None
+        earlier = earlier_parts(rng, 1, kw.get("launch_sd", 0.0), kw.get("half", 0.02), kw.get("rho", 1.0),
+                                drift) if which == "later" else None
+        out = design_run(rng, dict.fromkeys(SEED_LEVELS, 1.0), kw.get("launch_sd", 0.0), kw.get("half", 0.02),
+                         "default", earlier, kw.get("rho", 1.0), drift=drift)
+        any_claim += bool(claims(out["comp"]))
+        for row in out["comp"]["levels"]:
+            ci, ci_f = row.get("speedup_ci95"), row.get("speedup_ci_family")
+            total += 1
+            cover += bool(ci) and ci[0] <= 1.0 <= ci[1]
+            if ci_f:
+                fam_total += 1
+                fam += ci_f[0] <= 1.0 <= ci_f[1]
+    return any_claim, cover, total, fam, fam_total
+
+
+def scen_sequential(runs: int, rng: random.Random) -> None:
+    print("== sequential: a true tie at the 8 seed levels, the default design (planned launches + added rounds, the "
+          "error rate spent over the looks), +-2% windows: runs with any claim at any level and look (family-wise "
+          "target <= 5%), per-level 95% interval coverage (target >= 90%); a launch effect shared by a launch's levels "
+          "(rho 1), half shared (0.5) or each level's own (0)")
+    n = max(1, runs)
+    for which in ("first", "later"):
+        for rho in (1.0, 0.5, 0.0):
+            for launch_sd in (0.0, 0.01, 0.03, 0.05, 0.08):
+                hit, cover, total, fam, fam_total = _tie_cell(rng, n, which, launch_sd=launch_sd, rho=rho)
+                print(f"  {which} run, rho {rho:.1f}, launch sd {100 * launch_sd:.0f}%: any claim {rate(hit, n)}; "
+                      f"per-level 95% covers {rate(cover, total)}; family-wise covers {rate(fam, fam_total)}",
+                      flush=True)
+
+
+def scen_drift(runs: int, rng: random.Random) -> None:
+    print("== drift: a true tie on a node whose rate drifts (AR(1), 5% sd, correlation time tau request durations) "
+          "over the run's own clock (a load = 2 windows, a warm-up = half a window), windows of W request durations, "
+          "+-2% window intervals that do not see the drift, no launch effect besides it; the default design, first "
+          "run and a later run on the floor of one earlier run on the same node: any claim (target <= 5%), per-level "
+          "95% coverage (target >= 90%)")
+    n = max(1, runs)
+    for which in ("first", "later"):
+        for tau in (20.0, 60.0):
+            for window in (50.0, 400.0):
+                hit, cover, total, fam, fam_total = _tie_cell(rng, n, which, drift_args=(0.05, tau, window))
+                print(f"  {which} run, tau {tau:g}, W {window:g}: any claim {rate(hit, n)}; per-level 95% covers "
+                      f"{rate(cover, total)}; family-wise covers {rate(fam, fam_total)}", flush=True)
+
+
+def scen_embedded(runs: int, rng: random.Random) -> None:
+    from compare_synth import analytic_results  # noqa: PLC0415 - the emulator's own model, this scenario only
+    base, spec, unused = analytic_results("kimi-k2.5-8x-rtx-pro-6000", SEED_LEVELS)
+    truth = {b["concurrency"]: s["output_tok_per_s"] / b["output_tok_per_s"]
+             for b, s in zip(base["levels"], spec["levels"], strict=True)}
+    print("== embedded: the embedded default's profile (the seeds' Kimi-K2.5 node, the emulator's model: speedup "
+          + ", ".join(f"C={c} {r:.3f}" for c, r in truth.items()) + "), the emulator's default launch sd 2% (and 5%), "
+          "a first run of the default design: share of runs that read loses at every level from C=5 (target >= 19 "
+          "of 20, 95%), and that claim pays anywhere the truth loses")
+    n = max(1, runs)
+    for half in (0.01, 0.03):
+        for launch_sd in (0.02, 0.05):
+            decided = wrong = launches = 0
+            cost = 0.0
+            for _ in range(n):
+                out = design_run(rng, truth, launch_sd, half)
+                rows = {r["concurrency"]: r["verdict"] for r in out["comp"]["levels"]}
+                decided += all(v == "loses" for c, v in rows.items() if c >= 5)
+                wrong += any(v == "pays" and truth[c] < 1.0 for c, v in rows.items())
+                launches += out["launches"]
+                cost += out["cost"] / fixed_grid_cost(SEED_LEVELS)
+            print(f"  windows +-{100 * half:.0f}%, launch sd {100 * launch_sd:.0f}%: loses at every level from C=5 "
+                  f"{rate(decided, n)}; pays where the truth loses {rate(wrong, n)}; launches per mode "
+                  f"{launches / n:.1f}, time {cost / n:.2f}x the fixed grid", flush=True)
+
+
+SCENARIOS = {
+    "power": scen_power,
+    "sequential": scen_sequential,
+    "drift": scen_drift,
+    "embedded": scen_embedded,
+    "tie": scen_tie,
+    "launch": scen_launch,
+    "floor": scen_floor,
+    "floor2": scen_floor2,
+    "smooth": scen_smooth,
+    "traffic": scen_traffic,
+    "categories": scen_categories,
+    "choice": scen_choice,
+    "failed": scen_failed,
+    "windows": scen_windows,
+    "adaptive": scen_adaptive,
+}
 
 
 def main() -> int:

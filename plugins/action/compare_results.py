@@ -28,12 +28,18 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     launch_estimate,
     launch_floor_file,
     launch_floor_from,
+    launch_floor_key,
     launch_node_floor,
     launch_read_parts,
-    load_host_results,
+    load_host_runs,
+    look_alphas,
+    plan_round,
+    pool_runs,
     refine_plan,
     relaunch_levels,
     resolve_traffic,
+    rounds_done,
+    runs_at_look,
     summarize_host,
 )
 
@@ -66,6 +72,7 @@ class ActionModule(ActionBase):
         if args["validate_only"]:
             result.update(changed=False, msg="compare_output_match_min and compare_traffic are valid")
             return result
+        self._check_floor_args(args)
         if args["plan_launches"] is not None:
             return self._plan_launches(result, args, warnings)
         traffic_by_engine: dict = {}
@@ -119,6 +126,7 @@ class ActionModule(ActionBase):
         changed_files: list[str] = []
         summaries: dict = {}
         refine_plans: dict = {}
+        sequential_plans: dict = {}
         absent: dict = {}
         for host in hosts:
             host_dir = os.path.join(run_dir, host)
@@ -137,7 +145,8 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail(
                     f"{host}: the modes compared must be a list with the baseline {baseline!r} in it (got {modes!r})"
                 )
-            host_results = load_host_results(host_dir, modes, warnings)
+            host_runs = load_host_runs(host_dir, modes, warnings)
+            host_results = {mode: pool_runs(found) for mode, found in host_runs.items()}
             if not host_results and not outcomes:
                 absent[host] = (
                     "no results: the host was unreachable or failed before any mode ran"
@@ -157,13 +166,27 @@ class ActionModule(ActionBase):
                         warnings.append(str(exc))
                         traffic_by_engine[engine] = {"error": str(exc)}
                 traffic = traffic_by_engine[engine]
-            floor = self._noise_floor(results_dir, host, run_id, host_results, args["noise_floor_max_age_days"],
-                                      check, warnings)
+            floor = self._noise_floor(results_dir, host, run_id, host_results, args, check, warnings)
+            if outcomes_arg is None and isinstance(saved.get("max_launches"), int):
+                # A re-render (report.yml) spends the error rate as the run did, whatever its own default.
+                args = dict(args, max_launches=saved["max_launches"])
+            looks, alphas, rounds = self._looks(results_dir, host, run_id, host_runs, baseline, args, warnings)
             try:
                 summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes,
-                                         output_match_min=match_min, traffic=traffic, launch_floor=floor)
+                                         output_match_min=match_min, traffic=traffic, launch_floor=floor,
+                                         alpha=alphas[len(looks)], looks=looks)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
+            summary["sequential_budget"] = {"max_launches": args["max_launches"], "rounds": rounds,
+                                            "time_budget_s": args["time_budget_s"], "alphas": alphas,
+                                            "rounds_done": len(looks)}
+            if rounds:
+                # The plan for the next round: made before it (sequential_round), or said as why the run stopped.
+                plan = self._sequential(summary, args, host_results, baseline, len(looks) + 1, rounds)
+                summary["sequential_stop"] = plan["text"] if plan["done"] else (
+                    f"stopped before its added rounds were all made: the next would have been {plan['text']}")
+                if args["sequential_round"] is not None:
+                    sequential_plans[host] = plan
             served_path = os.path.join(host_dir, "serve.json")
             if os.path.isfile(served_path):  # playbooks/serve.yml's proof: the report's "Served" section
                 try:
@@ -195,7 +218,8 @@ class ActionModule(ActionBase):
                 outputs["adaptive-vars.json"] = report.dump_json({"sglang_server_adaptive_config": summary["adaptive_config"]})
             if outcomes_arg is not None and host in outcomes_arg:
                 outputs["compare-run.json"] = report.dump_json(
-                    {"run_id": run_id, "host": host, "baseline": baseline, "modes": list(modes), "outcomes": outcomes}
+                    {"run_id": run_id, "host": host, "baseline": baseline, "modes": list(modes), "outcomes": outcomes,
+                     "max_launches": args["max_launches"]}
                 )
             for name, text in outputs.items():
                 path = os.path.join(host_dir, name)
@@ -232,6 +256,8 @@ class ActionModule(ActionBase):
             run_dir=run_dir,
             incomplete_hosts=incomplete,
             refine=refine_plans,
+            sequential=sequential_plans,
+            sequential_done=all(plan.get("done") for plan in sequential_plans.values()),
         )
         if absent:
             result["absent_hosts"] = absent
@@ -269,21 +295,23 @@ class ActionModule(ActionBase):
         host, max_age = hosts[0], args["noise_floor_max_age_days"]
         results_dir = os.path.abspath(os.path.expanduser(args["results_dir"]))
         path = launch_floor_file(results_dir, host)
-        floor = launch_node_floor(results_dir, host, max_age, warnings)
+        floor = launch_node_floor(results_dir, host, max_age, warnings, key=args["noise_floor_key"] or None,
+                                  prior_sd=args["noise_floor_prior_sd"], prior_df=args["noise_floor_prior_df"])
         again: list[int] = []
         if want != "auto":
             launches, why = int(want), f"compare_launches: {want}"
-        elif floor and floor["df"] >= min_df:
+        elif floor and floor.get("df_data", floor["df"]) >= min_df:
             launches = 1
             why = (f"compare_launches auto: one launch per mode; {host}'s noise floor (launch sd "
-                   f"{100 * floor['launch_sd']:.1f}%, {floor['df']} degrees of freedom from {len(floor['runs'])} run(s) "
+                   f"{100 * floor['launch_sd']:.1f}%, {floor.get('df_data', floor['df'])} degrees of freedom from "
+                   f"{len(floor['runs'])} run(s) "
                    f"younger than {max_age:g} days, {path}) holds launch-to-launch variation in the intervals")
         else:
             launches = 2
             if max_age <= 0:
                 lack = "noise floors are off (compare_noise_floor_max_age_days: 0)"
             elif floor:
-                lack = (f"{host}'s noise floor has {floor['df']} degrees of freedom, fewer than "
+                lack = (f"{host}'s noise floor has {floor.get('df_data', floor['df'])} degrees of freedom, fewer than "
                         f"compare_noise_floor_min_df ({min_df})")
             else:
                 lack = f"{host} has no noise floor younger than {max_age:g} days ({path})"
@@ -306,16 +334,75 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _noise_floor(results_dir: str, host: str, run_id: str, host_results: dict, max_age: float, check: bool,
+    def _check_floor_args(args: dict) -> None:
+        """The floor's prior and the sequential budget, checked before anything is read or written."""
+        sd, df = args["noise_floor_prior_sd"], args["noise_floor_prior_df"]
+        if not 0 <= sd <= 0.5:
+            raise AnsibleActionFail(f"compare_noise_floor_prior_sd must be a relative sd from 0 to 0.5 (got {sd}), e.g. "
+                                    "0.03: a launch moves a level's rate by 3% until the node's own runs say otherwise")
+        if df < 0 or (df > 0 and sd <= 0):
+            raise AnsibleActionFail(f"compare_noise_floor_prior_df must be 0 (no prior) or more, with a prior sd above 0 "
+                                    f"(got df {df}, sd {sd}), e.g. 2: the prior weighs as much as one A B B A run")
+        if args["max_launches"] < 0 or args["max_launches"] > 20:
+            raise AnsibleActionFail(f"compare_max_launches must be a whole number from 0 to 20 (got {args['max_launches']}):"
+                                    " the launches per mode a run may make, added rounds included; 0 adds none")
+        if args["time_budget_s"] < 0:
+            raise AnsibleActionFail(f"compare_time_budget_s must be 0 (no limit but compare_max_launches) or more seconds "
+                                    f"(got {args['time_budget_s']})")
+
+    def _looks(self, results_dir: str, host: str, run_id: str, host_runs: dict, baseline: str, args: dict,
+               warnings: list[str]) -> tuple[list, list[float], int]:
+        """The run's earlier looks ([(results, floor, alpha), ...], sequential.py), every look's share of the error
+        rate and the rounds the budget allows: compare_max_launches less the launches planned (the baseline's runs
+        that are no added round or refinement), never fewer than the rounds already made."""
+        done = rounds_done(host_runs)
+        planned = len([t for t, unused in host_runs.get(baseline) or [] if not (t or "").startswith(("round", "refine"))])
+        rounds = max(done, args["max_launches"] - planned if args["max_launches"] else 0)
+        alphas = look_alphas(rounds)
+        looks = []
+        for look in range(1, done + 1):
+            then = {mode: pool_runs(found) for mode, found in runs_at_look(host_runs, look).items() if found}
+            floor = self._noise_floor(results_dir, host, run_id, then, args, True, warnings)
+            looks.append((then, floor, alphas[look - 1]))
+        return looks, alphas, rounds
+
+    def _sequential(self, summary: dict, args: dict, host_results: dict, baseline: str, look: int, rounds: int) -> dict:
+        """The next added round for a host (sequential.plan_round), with its cost estimated from the run's launches."""
+        spent, level_cost, launch_cost = self._costs(host_results, "round")
+        return plan_round(summary.get("comparisons") or {}, look, rounds, args["max_launches"], spent,
+                          args["time_budget_s"] or None, level_cost, launch_cost, baseline)
+
+    @staticmethod
+    def _costs(host_results: dict, tag_prefix: str) -> tuple[float, float, float]:
+        """Seconds spent in runs tagged ``tag_prefix``..., a level's warm-up and window, a launch's fixed cost."""
+        settings = next((r.get("settings") or {} for r in host_results.values()), {})
+        level_cost = float(settings.get("warmup_s") or 0) + float(settings.get("window_s") or 0)
+        spent = 0.0
+        per_launch = []
+        for result in host_results.values():
+            for run in result.get("runs") or [{"tag": None, "seconds": None, "levels": []}]:
+                secs = run.get("seconds")
+                if secs is not None and (run.get("tag") or "").startswith(tag_prefix):
+                    spent += secs
+                if secs is not None and run.get("levels"):
+                    per_launch.append(max(0.0, secs - level_cost * len(run["levels"])))
+        return spent, level_cost, (sum(per_launch) / len(per_launch) if per_launch else 0.0)
+
+    @staticmethod
+    def _noise_floor(results_dir: str, host: str, run_id: str, host_results: dict, args: dict, check: bool,
                      warnings: list[str]) -> dict | None:
         """The host's launch-to-launch noise floor (launch_noise): this run's measurement stored by run id
-        (rendering it again replaces it), then the floor from every run younger than ``max_age`` days."""
+        (rendering it again replaces it; ``check``: not stored), then the floor from every run of the same kind
+        (engine, version, model, GPUs: launch_noise.floor_key) younger than the age limit, with the stated prior."""
+        max_age = args["noise_floor_max_age_days"]
         if not max_age or max_age <= 0:
             return None
         path = launch_floor_file(results_dir, host)
         parts = launch_read_parts(path, host, warnings)
         mine = launch_estimate(host_results)
+        key = launch_floor_key(host_results)
         if mine:
+            mine["key"] = key
             when = max((str(r.get("finished_at")) for r in host_results.values() if r.get("finished_at")), default=None)
             mine["measured_at"] = when or datetime.datetime.now(datetime.UTC).isoformat()
             mine["run_id"] = run_id
@@ -324,25 +411,14 @@ class ActionModule(ActionBase):
                 if not check:
                     os.makedirs(os.path.dirname(path), exist_ok=True)
                     report.write_if_changed(path, report.dump_json({"host": host, "runs": parts}))
-        return launch_floor_from(parts, max_age_days=max_age)
+        return launch_floor_from(parts, max_age_days=max_age, key=key, prior_sd=args["noise_floor_prior_sd"],
+                                 prior_df=args["noise_floor_prior_df"])
 
-    @staticmethod
-    def _refine(summary: dict, opts: dict, host_results: dict) -> dict:
+    def _refine(self, summary: dict, opts: dict, host_results: dict) -> dict:
         """The next refinement round for a host (the primary comparison), with its cost estimate."""
         spec_mode = summary.get("spec_mode")
         comparison = (summary.get("comparisons") or {}).get(spec_mode) or {}
-        settings = next((r.get("settings") or {} for r in host_results.values()), {})
-        level_cost = float(settings.get("warmup_s") or 0) + float(settings.get("window_s") or 0)
-        spent = 0.0
-        per_launch = []
-        for result in host_results.values():
-            for run in result.get("runs") or [{"tag": None, "seconds": None, "levels": []}]:
-                secs = run.get("seconds")
-                if secs is not None and (run.get("tag") or "").startswith("refine"):
-                    spent += secs
-                if secs is not None and run.get("levels"):
-                    per_launch.append(max(0.0, secs - level_cost * len(run["levels"])))
-        launch_cost = sum(per_launch) / len(per_launch) if per_launch else 0.0
+        spent, level_cost, launch_cost = self._costs(host_results, "refine")
         return refine_plan(comparison, ratio=float(opts.get("ratio") or 1.3), budget_s=opts.get("budget_s"),
                            spent_s=spent, level_cost_s=level_cost, launch_cost_s=launch_cost,
                            max_new=int(opts.get("max_levels") or 4), modes=2)

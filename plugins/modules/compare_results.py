@@ -134,6 +134,38 @@ options:
         the floor this run measures. 0 re-measures every level.
     type: int
     default: 2
+  noise_floor_prior_sd:
+    description:
+      - The stated prior on a host's launch sd (relative), as strong as I(noise_floor_prior_df) degrees of freedom,
+        combined with the host's own runs (weighted by their per-mode degrees of freedom); it keeps a floor from
+        reading no launch variation from two launches.
+    type: float
+    default: 0.03
+  noise_floor_prior_df:
+    description: The degrees of freedom the prior weighs; 0 - no prior.
+    type: int
+    default: 2
+  noise_floor_key:
+    description:
+      - With I(plan_launches), what the host's floor must have been measured on (C(engine), C(model), and any of
+        C(engine_version), C(gpu), C(gpus), C(gpu_uuids), C(driver)); stored runs measured on something else are
+        left out. Rendering keys the floor by what the results files name.
+    type: dict
+  max_launches:
+    description:
+      - Sequential launches - launches per mode a run may make in all, the planned ones included; the rounds added
+        after the planned launches (C(<mode>@roundN.json)) and the looks' shares of the family-wise error rate
+        follow from it. 0 - no round is added and the planned launches spend the whole error rate.
+    type: int
+    default: 0
+  time_budget_s:
+    description: With I(sequential_round), seconds all added rounds may take together; 0 - no limit but I(max_launches).
+    type: float
+    default: 0.0
+  sequential_round:
+    description:
+      - Also plan the next added round per host (returned as C(sequential)), from every launch so far; unset, no plan.
+    type: int
   refine:
     description:
       - Also plan the next refinement round per host (returned as C(refine)); unset, no plan.
@@ -231,6 +263,16 @@ refine:
       C(launches), C(spent_s), C(text).
   returned: always
   type: dict
+sequential:
+  description:
+    - Per host, the next added round (with I(sequential_round); else empty) - C(done), C(levels) (mode to the levels it
+      measures again), C(order) (the modes in launch order), C(candidates), C(estimate_s), C(text).
+  returned: always
+  type: dict
+sequential_done:
+  description: Whether no host has an added round to make (always true without I(sequential_round)).
+  returned: always
+  type: bool
 index:
   description: The fleet index as written to index.json (null with I(index=false)).
   returned: always
@@ -256,8 +298,10 @@ launches:
   sample: 2
 noise_floor:
   description:
-    - With I(plan_launches), the host's noise floor - C(launch_sd) (relative sd of one launch), C(total_sd), C(df),
-      C(runs) (the run ids pooled), C(oldest), C(max_age_days) - or null when it has none younger than the limit.
+    - With I(plan_launches), the host's noise floor - C(launch_sd) (relative sd of one launch, with the prior),
+      C(launch_sd_data) (the runs' own), C(launch_sd_upper) (one-sided 95% bound), C(total_sd), C(df) (the prior's and
+      the runs' per-mode degrees of freedom), C(df_data), C(df_levels), C(prior), C(key), C(runs) (the run ids
+      pooled), C(oldest), C(max_age_days) - or null when it has none younger than the limit.
   returned: with plan_launches
   type: dict
 relaunch_levels:

@@ -31,6 +31,8 @@ from ansible_collections.specbench.core.plugins.module_utils.report.sections imp
 )
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.launch_noise import floor_text
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.sequential import method_text
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.serve_proof import (
     ACCEPT_LIFETIME,
     ACCEPT_OFF,
@@ -328,11 +330,18 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if method.get("launch_variation"):
         floor = launch.get("floor")
         held = ("held: levels measured in several launches carry it in their spread" if launch.get("held") and not floor
-                else f"held: this node's noise floor, sd {100 * floor['launch_sd']:.1f}% per launch on {floor['df']} "
-                     f"degrees of freedom from {len(floor['runs'])} run(s)" if floor
+                else f"held: this node's noise floor, {floor_text(floor)}" if floor
                 else "NOT held: one launch per mode and no noise floor for this node yet (compare_launches: auto, the "
                      "default, launches twice on such a node: it measures and stores it)")
         lines.append(f"- Launch-to-launch variation ({held}): {method.get('launch_variation')}.")
+        lines.append("- Each mode's tok/s interval is that window's own (\"this window\"): a drift slower than a window "
+                     "moves a whole window and shows up as launch-to-launch variation, which the verdicts hold through "
+                     "the node's floor; a window's interval alone does not.")
+    budget = summary.get("sequential_budget") or {}
+    if budget.get("rounds"):
+        lines.append(f"- Sequential launches (compare_max_launches {budget.get('max_launches')}, up to "
+                     f"{budget['rounds']} added round(s), {budget.get('rounds_done', 0)} made): "
+                     f"{method_text(budget['rounds'])}. {_md(summary.get('sequential_stop') or '')}")
     lines.append(f"- Crossover: {method.get('crossover')}.")
     if summary.get("output_match"):
         lines.append(f"- Output match: {method.get('output_match')}.")
@@ -414,7 +423,7 @@ def _proof_accept(row: dict) -> str:
 
 def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     lines = [f"## {spec_mode} against {base}, per level", ""]
-    lines.append(f"| C | {base} tok/s [95%] | {spec_mode} tok/s [95%] | speedup [95%, this level] | "
+    lines.append(f"| C | {base} tok/s [95%, this window] | {spec_mode} tok/s [95%, this window] | speedup [95%, this level] | "
                  "speedup [family-wise: all levels at once, decides the verdict] | per-stream speedup [95%] | "
                  f"TPOT speedup [95%] | verdict | accept length | TTFT p50 ms ({base} / {spec_mode}) | errors |")
     lines.append("|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|")
@@ -443,6 +452,13 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     if any(lv.get("refined") for lv in comp.get("levels") or []):
         lines.append("(refined): a level added by compare_refine inside a bracket where the verdict changes. "
                      "(N launches): pooled over N server launches.")
+        lines.append("")
+    sequence = comp.get("sequential") or {}
+    if sequence.get("levels"):
+        lines.append(f"Launches per level ({sequence.get('looks')} look(s); a level keeps the first clear verdict of a "
+                     "look while it was measured again in every look since): "
+                     + "; ".join(f"C={conc}: {info['launches']} launch(es) per mode, {_md(info['why'])}"
+                                 for conc, info in sequence["levels"].items()) + ".")
         lines.append("")
     lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
     lines.append("")

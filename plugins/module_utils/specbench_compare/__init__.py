@@ -21,6 +21,7 @@ returns plain dicts (summary.json). Callers import from this package only
 - ``launch_noise``: launch-to-launch variation measured by relaunching, stored per node, held in
   the intervals of later runs measured in one launch per mode;
 - ``refine``: the next refinement round;
+- ``sequential``: levels left unclear measured again in added launches, the error spent over the looks;
 - ``output_match``: each mode's greedy outputs held against the baseline's;
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
@@ -42,12 +43,23 @@ from .launch_noise import LAUNCH_METHOD, relaunch_levels
 from .launch_noise import estimate as launch_estimate
 from .launch_noise import floor_file as launch_floor_file
 from .launch_noise import floor_from as launch_floor_from
+from .launch_noise import floor_key as launch_floor_key
+from .launch_noise import floor_text as launch_floor_text
 from .launch_noise import node_floor as launch_node_floor
 from .launch_noise import read_parts as launch_read_parts
 from .launch_noise import widen as launch_widen
 from .launch_noise import widen_proof as launch_widen_proof
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
-from .pooling import OWN_FILES, POOLED_METHOD, load_host_results, pool_level, pool_runs, run_seconds, split_run_name
+from .pooling import (
+    OWN_FILES,
+    POOLED_METHOD,
+    load_host_results,
+    load_host_runs,
+    pool_level,
+    pool_runs,
+    run_seconds,
+    split_run_name,
+)
 from .proof_rule import family_proof_verdicts, proof_references, static_counterpart
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
@@ -59,6 +71,8 @@ from .recommend import (
 )
 from .refine import refine_plan
 from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
+from .sequential import look_alphas, merge_looks, plan_round, rounds_done, runs_at_look
+from .sequential import method_text as sequential_method_text
 from .serve_guard import (
     RETIRED,
     SERVED,
@@ -131,4 +145,6 @@ __all__ = [
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
     "traffic_gains", "check_traffic_input", "resolve_traffic",
+    "launch_floor_key", "launch_floor_text", "load_host_runs", "look_alphas", "merge_looks", "plan_round", "rounds_done",
+    "runs_at_look", "sequential_method_text",
 ]

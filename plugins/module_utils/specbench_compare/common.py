@@ -30,6 +30,12 @@ ARGUMENT_SPEC = {
     "noise_floor_min_df": {"type": "int", "default": 2},
     "plan_levels": {"type": "list", "elements": "int"},
     "noise_floor_levels": {"type": "int", "default": 2},
+    "noise_floor_prior_sd": {"type": "float", "default": 0.03},
+    "noise_floor_prior_df": {"type": "int", "default": 2},
+    "noise_floor_key": {"type": "dict"},
+    "max_launches": {"type": "int", "default": 0},
+    "time_budget_s": {"type": "float", "default": 0.0},
+    "sequential_round": {"type": "int"},
     "refine": {
         "type": "dict",
         "options": {

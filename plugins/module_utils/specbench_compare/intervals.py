@@ -117,7 +117,8 @@ def level_figures(level: dict) -> dict:
 
 
 def family_ci(estimate: float | None, ci95, z_family: float, z_level: float = 1.959964,
-              parts: list | None = None, alpha_family: float | None = None) -> list[float] | None:
+              parts: list | None = None, alpha_family: float | None = None,
+              alpha_total: float | None = None) -> list[float] | None:
     """The simultaneous interval: ``ci95``'s log half-width scaled from ``z_level`` to ``z_family``.
 
     ``parts`` with ``alpha_family`` (the error rate each interval of the family holds, FAMILY_ALPHA / m):
@@ -133,14 +134,19 @@ def family_ci(estimate: float | None, ci95, z_family: float, z_level: float = 1.
     if estimate is None or estimate <= 0 or ci is None:
         return None
     if parts and alpha_family:
-        width = math.sqrt(math.fsum(max(_family_term(w, df, z_family / z_level, alpha_family) for w, df in part) ** 2
-                                    for part in parts))
+        total = alpha_total if alpha_total else alpha_family
+        width = math.sqrt(math.fsum(max(_family_term(w, df, z_family / z_level, alpha_family, total)
+                                        for w, df in part) ** 2 for part in parts))
     else:
         width = log_half_width(estimate, ci) * z_family / z_level
     return [estimate * math.exp(-width), estimate * math.exp(width)]
 
 
-def _family_term(w: float, df, normal_ratio: float, alpha_family: float) -> float:
+def _family_term(w: float, df, normal_ratio: float, alpha_family: float, alpha_total: float) -> float:
     if df is None:
         return float(w) * normal_ratio
+    if isinstance(df, (list, tuple)):
+        common, levels = int(df[0]), int(df[1])
+        scale = max(t_two_sided(alpha_total, common), t_two_sided(alpha_family, levels))
+        return float(w) * scale / t_two_sided(0.05, common)
     return float(w) * t_two_sided(alpha_family, int(df)) / t_two_sided(0.05, int(df))

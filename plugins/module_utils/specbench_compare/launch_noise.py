@@ -41,7 +41,7 @@ import json
 import math
 import os
 
-from ..specbench_client.stats import t975
+from ..specbench_client.stats import chi2_lower, t975
 from .common import _interval, _num
 from .verdict import Z975, level_failure, level_saturation
 
@@ -54,6 +54,17 @@ LAUNCH_METHOD = (
     "scales that part by t's own quantile on the floor's degrees of freedom, the window part by the normal's"
 )
 MAX_AGE_DAYS = 30.0
+# The stated prior on the launch sd: PRIOR_SD, as strong as PRIOR_DF degrees of freedom (one A B B A run
+# of two modes gives 2). Two launches cannot tell a launch sd of 0 from one of 5% (their estimate is exactly
+# 0 in a third of runs): the prior keeps the floor from reading "no launch variation" from so little, and
+# the node's own runs outweigh it as they accumulate.
+PRIOR_SD = 0.03
+PRIOR_DF = 2
+PRIOR_METHOD = (
+    "the launch sd is read with a stated prior: {sd:.1%} sd as strong as {df} degrees of freedom, combined with "
+    "the node's own estimate weighted by its degrees of freedom (the node's data outweigh it after a few runs); the "
+    "floor's one-sided 95% upper bound is reported beside it"
+)
 
 
 def estimate(results: dict[str, dict]) -> dict | None:
@@ -92,8 +103,16 @@ def estimate(results: dict[str, dict]) -> dict | None:
             "levels": levels}
 
 
-def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: float = MAX_AGE_DAYS) -> dict | None:
-    """The node's floor from its stored runs ({run_id: {ss, df_levels, df, within, measured_at}}), fresh ones only."""
+def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: float = MAX_AGE_DAYS,
+               key: dict | None = None, prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> dict | None:
+    """The node's floor from its stored runs ({run_id: {ss, df_levels, df, within, measured_at, key}}), fresh ones
+    only, and only those measured on ``key`` (engine, its version, model, GPUs: ``floor_key``) where given.
+
+    The launch variance is read with the stated prior (module docstring, PRIOR_METHOD): ``prior_df`` degrees of
+    freedom at ``prior_sd``, combined with the data's own estimate (never below 0) weighted by its per-mode degrees
+    of freedom; ``df`` (the t's, per-level intervals) is the prior's plus the data's per-mode count, ``df_levels``
+    the prior's plus the level count (the family-wise scaling reads both: intervals.family_ci).
+    ``launch_sd_data`` is the data's own estimate, ``launch_sd_upper`` a one-sided 95% upper bound."""
     now = now or datetime.datetime.now(datetime.UTC)
     ss = within = 0.0
     df_levels = df = 0
@@ -105,6 +124,8 @@ def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: 
             continue
         if (now - when).total_seconds() > max_age_days * 86400:
             continue
+        if key is not None and not same_kind(part.get("key"), key):
+            continue
         ss += float(part["ss"])
         within += float(part["within"]) * int(part["df_levels"])
         df_levels += int(part["df_levels"])
@@ -114,9 +135,68 @@ def floor_from(parts: dict, now: datetime.datetime | None = None, max_age_days: 
     if df_levels == 0 or df == 0:
         return None
     total = ss / df_levels
-    launch_var = max(0.0, total - within / df_levels)
-    return {"launch_sd": round(math.sqrt(launch_var), 5), "total_sd": round(math.sqrt(total), 5), "df": df,
+    data_var = max(0.0, total - within / df_levels)
+    prior_df = max(0, int(prior_df or 0))
+    prior_var = float(prior_sd or 0.0) ** 2 if prior_df else 0.0
+    # The data weigh as their per-mode degrees of freedom, the conservative count (a launch may move all its
+    # levels alike: then the levels' count overstates what the data know, and the prior would be outweighed).
+    launch_var = (prior_df * prior_var + df * data_var) / (prior_df + df)
+    df_t = prior_df + df
+    upper = math.sqrt(df_t * launch_var / chi2_lower(df_t)) if launch_var > 0 else 0.0
+    return {"launch_sd": round(math.sqrt(launch_var), 5), "launch_sd_data": round(math.sqrt(data_var), 5),
+            "launch_sd_upper": round(upper, 5), "total_sd": round(math.sqrt(total), 5), "df": df_t,
+            "df_levels": prior_df + df_levels, "df_data": df,
+            "prior": {"sd": float(prior_sd or 0.0), "df": prior_df}, "key": key,
             "runs": used, "oldest": oldest.isoformat() if oldest else None, "max_age_days": max_age_days}
+
+
+def floor_text(floor: dict) -> str:
+    """The floor in words: its sd, upper bound, degrees of freedom and where they come from."""
+    prior = floor.get("prior") or {}
+    made = f"{floor['df']} degrees of freedom"
+    if prior.get("df"):
+        made += (f", {prior['df']} of them the stated prior's ({100 * float(prior['sd']):.1f}%; the node's own runs "
+                 f"read {100 * float(floor.get('launch_sd_data') or 0):.1f}%)")
+    upper = floor.get("launch_sd_upper")
+    bound = f", at most {100 * float(upper):.1f}% at 95%" if upper else ""
+    return f"sd {100 * float(floor['launch_sd']):.1f}% per launch{bound}, {made}, from {len(floor.get('runs') or [])} run(s)"
+
+
+def floor_key(results: dict[str, dict]) -> dict:
+    """What a floor is measured on: the engine, its version, the model and the GPUs (name, count, driver) that a
+    host's results files name (the baseline's first). A floor measured with one model or engine version is
+    never read for another, and two nodes of one inventory name with other GPUs keep theirs apart."""
+    key = {"engine": None, "engine_version": None, "model": None, "gpu": None, "gpus": None, "gpu_uuids": None,
+           "driver": None}
+    for result in results.values():
+        if not isinstance(result, dict):
+            continue
+        server = result.get("server") if isinstance(result.get("server"), dict) else {}
+        state = ((result.get("gpu") or {}).get("before") or {}) if isinstance(result.get("gpu"), dict) else {}
+        gpus = [g for g in state.get("gpus") or [] if isinstance(g, dict)]
+        found = {
+            "engine": result.get("engine") or server.get("engine"),
+            "engine_version": server.get("version"),
+            "model": server.get("model") or (result.get("settings") or {}).get("model"),
+            "gpu": gpus[0].get("name") if gpus else None,
+            "gpus": len(gpus) or None,
+            # The GPUs' own ids: two nodes that one inventory name has meant at different times never share a floor.
+            "gpu_uuids": ",".join(sorted(str(g.get("uuid")) for g in gpus if g.get("uuid"))) or None,
+            "driver": state.get("driver_version"),
+        }
+        for name, value in found.items():
+            if key[name] is None and value not in (None, ""):
+                key[name] = value
+    return key
+
+
+def same_kind(stored: dict | None, key: dict) -> bool:
+    """Whether a stored run's key matches ``key``: every field both name agrees (a run stored without a key,
+    by an older specbench, matches nothing: its engine and model are unknown)."""
+    if not isinstance(stored, dict):
+        return False
+    return all(stored.get(name) == value for name, value in key.items()
+               if value is not None and stored.get(name) is not None)
 
 
 def relaunch_levels(levels: list[int], count: int) -> list[int]:
@@ -155,11 +235,14 @@ def read_parts(path: str, host: str, warnings: list[str]) -> dict:
         return {}
 
 
-def node_floor(results_dir: str, host: str, max_age_days: float, warnings: list[str]) -> dict | None:
-    """The host's floor as stored (floor_from over its file), None when floors are off (``max_age_days`` 0)."""
+def node_floor(results_dir: str, host: str, max_age_days: float, warnings: list[str], key: dict | None = None,
+               prior_sd: float = PRIOR_SD, prior_df: int = PRIOR_DF) -> dict | None:
+    """The host's floor as stored (floor_from over its file, runs of ``key``'s kind only), None when floors are
+    off (``max_age_days`` 0)."""
     if not max_age_days or max_age_days <= 0:
         return None
-    return floor_from(read_parts(floor_file(results_dir, host), host, warnings), max_age_days=max_age_days)
+    return floor_from(read_parts(floor_file(results_dir, host), host, warnings), max_age_days=max_age_days,
+                      key=key, prior_sd=prior_sd, prior_df=prior_df)
 
 
 def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[int, int]) -> list[int]:
@@ -218,7 +301,7 @@ def _add_launch_part(row: dict, key: str, floor: dict | None, launches_factor: f
     width = math.hypot(w, extra)
     row[f"{key}_ci95_window"] = row[f"{key}_ci95"]
     row[f"{key}_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
-    row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), df]]]
+    row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), floor_dfs(floor)]]]
     return True
 
 
@@ -244,4 +327,10 @@ def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict |
     windows = math.sqrt(math.fsum(w ** 2 for unused, w in sides))
     width = math.hypot(launch, windows)
     return ([round(r * math.exp(-width), 4), round(r * math.exp(width), 4)],
-            [[[round(launch, 6), int(floor["df"])]], [[round(windows, 6), None]]])
+            [[[round(launch, 6), floor_dfs(floor)]], [[round(windows, 6), None]]])
+
+
+def floor_dfs(floor: dict) -> list[int]:
+    """The floor's launch term's two degree-of-freedom counts for the family-wise scaling (intervals.family_ci):
+    per mode (a launch moving all its levels alike) and per level (each level on its own)."""
+    return [int(floor["df"]), int(floor.get("df_levels") or floor["df"])]

@@ -173,8 +173,13 @@ def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str
     """mode -> results dict for one host folder; unreadable files become warnings.
 
     ``<mode>@<tag>.json`` files are further runs of ``<mode>`` (compare_launches, refinement
-    rounds): pooled with ``<mode>.json`` by specbench_compare.pool_runs.
+    rounds, sequential rounds): pooled with ``<mode>.json`` by specbench_compare.pool_runs.
     """
+    return {mode: pool_runs(found) for mode, found in load_host_runs(host_dir, modes, warnings).items()}
+
+
+def load_host_runs(host_dir: str, modes: list[str] | None, warnings: list[str]) -> dict:
+    """mode -> [(tag, results dict), ...] for one host folder, unpooled (load_host_results pools them)."""
     runs: dict = {}
     if not os.path.isdir(host_dir):
         return {}
@@ -197,4 +202,4 @@ def load_host_results(host_dir: str, modes: list[str] | None, warnings: list[str
             warnings.append(f"{path}: says mode {data.get('mode')!r} but is named {name}; read as {mode}")
         data["_path"] = path
         runs.setdefault(mode, []).append((tag, data))
-    return {mode: pool_runs(found) for mode, found in runs.items()}
+    return runs

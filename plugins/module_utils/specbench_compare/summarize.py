@@ -19,10 +19,11 @@ from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _n
 from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
-from .launch_noise import LAUNCH_METHOD, estimate, pooled_ci, widen
+from .launch_noise import LAUNCH_METHOD, estimate, floor_text, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
+from .sequential import merge_looks
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -39,7 +40,7 @@ from .verdict import (
 )
 
 
-def _family_wise(rows: list[dict]) -> int:
+def _family_wise(rows: list[dict], alpha_look: float = FAMILY_ALPHA) -> int:
     """Each level's verdict from the simultaneous interval over the comparison's levels (FAMILY_METHOD).
 
     The family is every level with a speedup (saturated and failed levels make no claim); each gets
@@ -47,14 +48,15 @@ def _family_wise(rows: list[dict]) -> int:
     interval. Per-category verdicts are one family of their own (every category row with an
     interval). Returns the family's size."""
     family = [r for r in rows if r["verdict"] in (PAYS, LOSES, UNCLEAR) and r.get("speedup") is not None]
-    z = family_z(len(family))
-    alpha = FAMILY_ALPHA / max(1, len(family))
+    z = family_z(len(family), alpha_look)
+    alpha = alpha_look / max(1, len(family))
     for row in family:
-        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z, parts=row.get("ci_parts"), alpha_family=alpha)
+        ci = family_ci(row["speedup"], row.get("speedup_ci95"), z, parts=row.get("ci_parts"), alpha_family=alpha,
+                       alpha_total=alpha_look)
         row["speedup_ci_family"] = _rnd_pair(ci)
         row["verdict"] = level_verdict(row["speedup"], row["speedup_ci_family"])
     cats = [c for r in family for c in r.get("categories") or [] if c.get("speedup_ci95")]
-    z_cat = family_z(len(cats))
+    z_cat = family_z(len(cats), alpha_look)
     for cat in cats:
         cat["speedup_ci_family"] = _rnd_pair(family_ci(cat["speedup"], cat["speedup_ci95"], z_cat))
         cat["verdict"] = level_verdict(cat["speedup"], cat["speedup_ci_family"])
@@ -94,11 +96,29 @@ def _levels_by_conc(result: dict | None) -> dict:
 
 
 def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str,
-                 launch_floor: dict | None = None) -> dict:
+                 launch_floor: dict | None = None, alpha: float = FAMILY_ALPHA, looks: list | None = None) -> dict:
     """Per-level speedups of ``spec`` over ``base``, the crossover and the recommendation.
 
     ``launch_floor`` (launch_noise.floor_from: the node's stored launch-to-launch variation) widens
-    each level measured in one launch per mode (launch_noise.widen) before the verdicts."""
+    each level measured in one launch per mode (launch_noise.widen) before the verdicts. ``alpha``: the
+    family-wise error rate this look spends (sequential.look_alphas; all of FAMILY_ALPHA without added
+    launches). ``looks``: the run's earlier looks, ``[(base, spec, floor, alpha), ...]`` in order, each as the
+    results stood then (sequential.looks_from_runs): a level keeps the first clear verdict a look gave it while it
+    was measured again in every look since (sequential.merge_looks)."""
+    looked = []
+    for look_base, look_spec, look_floor, look_alpha in looks or []:
+        looked.append(_look_rows(look_base, look_spec, base_mode, spec_mode, look_floor, look_alpha))
+    rows, widened, family_size, borrowed = _look_rows(base, spec, base_mode, spec_mode, launch_floor, alpha)
+    sequence = None
+    if looked:
+        rows, sequence = merge_looks([found[0] for found in looked] + [rows])
+    return _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
+
+
+def _look_rows(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str, launch_floor: dict | None,
+               alpha: float) -> tuple[list[dict], list[int], int, set]:
+    """One look's per-level rows with their family-wise verdicts (at ``alpha``), the levels widened by the floor,
+    the family's size and the per-stream figures whose intervals were borrowed."""
     b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
     rows = []
     borrowed = set()
@@ -149,16 +169,21 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         row[spec_mode] = _mode_level_row(sl) if sl else None
         rows.append(row)
     widened = widen(rows, launch_floor)
-    family_size = _family_wise(rows)
+    family_size = _family_wise(rows, alpha)
+    return rows, widened, family_size, borrowed
+
+
+def _finish(rows: list[dict], widened: list[int], family_size: int, borrowed: set, spec: dict | None, base_mode: str,
+            spec_mode: str, launch_floor: dict | None, alpha: float, sequence: dict | None) -> dict:
+    """The comparison from its final rows: crossover, recommendation, notes."""
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
     rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
     notes = list(cross["notes"])
     single = [r["concurrency"] for r in rows if r.get("speedup_ci95") and (r.get("launches") or 1) == 1]
     if launch_floor and single:
-        notes.append(f"launch-to-launch variation: the node's noise floor (sd {100 * launch_floor['launch_sd']:.1f}% "
-                     f"per launch, {launch_floor['df']} degrees of freedom, from {len(launch_floor['runs'])} run(s)) is "
-                     f"in the intervals of the {len(single)} level(s) measured in one launch per mode")
+        notes.append(f"launch-to-launch variation: the node's noise floor ({floor_text(launch_floor)}) is in the "
+                     f"intervals of the {len(single)} level(s) measured in one launch per mode")
     elif single:
         notes.append("launch-to-launch variation is NOT in the intervals: every level was measured in one launch per "
                      "mode and this node has no noise floor yet (compare_launches: auto, the default, launches each mode "
@@ -188,8 +213,9 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         "categories_paying": paying_longest(rows),
         "launch_variation": {"floor": launch_floor, "widened": widened,
                              "held": bool(launch_floor) or not single, "method": LAUNCH_METHOD},
-        "family": {"levels": family_size, "alpha": FAMILY_ALPHA, "z": _rnd(family_z(family_size), 3),
-                   "method": FAMILY_METHOD},
+        "family": {"levels": family_size, "alpha": FAMILY_ALPHA, "alpha_look": alpha,
+                   "z": _rnd(family_z(family_size, alpha), 3), "method": FAMILY_METHOD},
+        "sequential": sequence,
         "levels": rows,
     }
 
@@ -256,6 +282,8 @@ def summarize_host(
     output_match_min: float = OUTPUT_MATCH_MIN,
     traffic: dict | None = None,
     launch_floor: dict | None = None,
+    alpha: float = FAMILY_ALPHA,
+    looks: list | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
 
@@ -268,7 +296,9 @@ def summarize_host(
     The first speculative mode in ``modes`` gives the top-level crossover and recommendation.
     ``launch_floor``: the node's stored launch-to-launch variation (launch_noise), held in the
     intervals of levels measured in one launch per mode; ``launch_variation`` says what this run
-    measured of it (``measured``, for the node's floor) and what was held.
+    measured of it (``measured``, for the node's floor) and what was held. ``alpha`` and ``looks``: the
+    sequential launches' share of the family-wise error rate for this look and the run's earlier looks,
+    ``[(results, floor, alpha), ...]`` (sequential.py; compare_pair).
     """
     outcomes = dict(outcomes or {})
     if modes is None:
@@ -314,7 +344,8 @@ def summarize_host(
     if separate and not any(_levels_by_conc(r) for r in results.values()):
         headline = separate[0]  # every level ran per category: the first category's is the headline comparison
         results = {m: only_category(r, headline) for m, r in results.items()}
-    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m, launch_floor)
+    comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m, launch_floor, alpha,
+                                   [((r or {}).get(baseline), (r or {}).get(m), f, a) for r, f, a in looks or []])
                    for m in spec_modes}
     matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)

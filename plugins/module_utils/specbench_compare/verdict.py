@@ -37,9 +37,9 @@ FAMILY_METHOD = (
 )
 
 
-def family_z(m: int) -> float:
-    """The two-sided critical value that holds ``m`` intervals at once at FAMILY_ALPHA (Bonferroni)."""
-    return NormalDist().inv_cdf(1.0 - FAMILY_ALPHA / (2.0 * max(1, int(m))))
+def family_z(m: int, alpha: float = FAMILY_ALPHA) -> float:
+    """The two-sided critical value that holds ``m`` intervals at once at ``alpha`` (Bonferroni)."""
+    return NormalDist().inv_cdf(1.0 - alpha / (2.0 * max(1, int(m))))
 
 
 def paying_runs(points: list[tuple[float, str]]) -> list[list[float]]:

@@ -24,19 +24,54 @@ def launches(rng, mode: str, launch_sd: float, k: int) -> dict:
     return cmp.pool_runs(runs)
 
 
+def floor_args(max_age: float = 30.0, prior_sd: float = 0.03, prior_df: int = 2) -> dict:
+    return {"noise_floor_max_age_days": max_age, "noise_floor_prior_sd": prior_sd, "noise_floor_prior_df": prior_df}
+
+
 def test_the_action_stores_each_runs_part_once_and_reads_the_floor_back(tmp_path):
     rng = random.Random(3605)
     two = {"baseline": launches(rng, "baseline", 0.03, 2), "eagle3": launches(rng, "eagle3", 0.03, 2)}
     for r in two.values():
         r["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
     warnings: list[str] = []
-    first = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, warnings)
-    again = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, warnings)
-    assert first == again and first["runs"] == ["r1"] and first["df"] == 2 and not warnings
+    first = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, floor_args(), False, warnings)
+    again = ActionModule._noise_floor(str(tmp_path), "node", "r1", two, floor_args(), False, warnings)
+    # The data's 2 degrees of freedom (one per mode) and the stated prior's 2.
+    assert first == again and first["runs"] == ["r1"] and first["df_data"] == 2 and first["df"] == 4 and not warnings
     one = {"baseline": launches(rng, "baseline", 0.03, 1)}
-    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 30.0, False, warnings) == first
-    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, 0.0, False, warnings) is None
+    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, floor_args(), False, warnings) == first
+    assert ActionModule._noise_floor(str(tmp_path), "node", "r2", one, floor_args(0.0), False, warnings) is None
     assert (tmp_path / "noise-floor" / "node.json").is_file()
+
+
+def test_the_floor_is_kept_apart_by_engine_version_model_and_gpus(tmp_path):
+    """A floor measured with one model (or engine version, or GPUs) is never read for another, and a node that
+    one inventory name has meant with other GPUs starts a floor of its own."""
+    rng = random.Random(3607)
+    now = datetime.datetime.now(datetime.UTC).isoformat()
+
+    def run(model: str, uuid: str) -> dict:
+        out = {"baseline": launches(rng, "baseline", 0.03, 2), "eagle3": launches(rng, "eagle3", 0.03, 2)}
+        for r in out.values():
+            r["finished_at"] = now
+            r["server"] = dict(r["server"], model=model)
+            r["gpu"] = {"before": {"driver_version": "590.48.01", "gpus": [{"name": "NVIDIA H100", "uuid": uuid}]}}
+        return out
+
+    warnings: list[str] = []
+    llama = ActionModule._noise_floor(str(tmp_path), "node", "r1", run("llama", "GPU-a"), floor_args(), False, warnings)
+    assert llama["runs"] == ["r1"] and llama["key"]["model"] == "llama" and llama["key"]["gpu_uuids"] == "GPU-a"
+    other_model = ActionModule._noise_floor(str(tmp_path), "node", "r2", run("qwen", "GPU-a"), floor_args(), False,
+                                            warnings)
+    assert other_model["runs"] == ["r2"]
+    other_gpus = ActionModule._noise_floor(str(tmp_path), "node", "r3", run("llama", "GPU-b"), floor_args(), False,
+                                           warnings)
+    assert other_gpus["runs"] == ["r3"]
+    same = ActionModule._noise_floor(str(tmp_path), "node", "r4", run("llama", "GPU-a"), floor_args(), False, warnings)
+    assert same["runs"] == ["r1", "r4"]
+    # Before a launch the plan knows the engine and the model only: the stored runs of that model match.
+    assert cmp.launch_node_floor(str(tmp_path), "node", 30.0, warnings, key={"engine": "emulator", "model": "qwen"}
+                                 )["runs"] == ["r2"]
 
 
 def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0, levels=None, floor_levels: int = 2) -> dict:
@@ -47,8 +82,8 @@ def plan(tmp_path, launches_arg: str, min_df: int = 2, max_age: float = 30.0, le
 
     owner = types.SimpleNamespace(_display=types.SimpleNamespace(warning=lambda text: None))
     args = {"plan_launches": launches_arg, "hosts": ["node"], "results_dir": str(tmp_path),
-            "noise_floor_min_df": min_df, "noise_floor_max_age_days": max_age, "plan_levels": levels,
-            "noise_floor_levels": floor_levels}
+            "noise_floor_min_df": min_df, "plan_levels": levels, "noise_floor_levels": floor_levels,
+            "noise_floor_key": None, **floor_args(max_age)}
     try:
         return ActionModule._plan_launches(owner, {}, args, [])
     except AnsibleActionFail as exc:
@@ -65,7 +100,7 @@ def test_auto_launches_twice_until_the_node_has_a_floor_then_once(tmp_path):
     two = {"baseline": launches(rng, "baseline", 0.03, 2), "eagle3": launches(rng, "eagle3", 0.03, 2)}
     for r in two.values():
         r["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    ActionModule._noise_floor(str(tmp_path), "node", "r1", two, 30.0, False, [])
+    ActionModule._noise_floor(str(tmp_path), "node", "r1", two, floor_args(), False, [])
     after = plan(tmp_path, "auto")
     assert after["launches"] == 1 and after["noise_floor"]["df"] == 2 and "one launch per mode" in after["msg"]
     thin = plan(tmp_path, "AUTO", min_df=4)

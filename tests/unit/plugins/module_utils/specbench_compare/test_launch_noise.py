@@ -50,7 +50,9 @@ def test_a_run_with_two_launches_measures_the_variation_and_one_launch_measures_
     part = measured(rng, 0.05)
     assert part["df"] == 2 and part["df_levels"] == 16 and part["levels"] == 16
     floor = cmp.launch_floor_from({"a": part}, now=NOW)
-    assert 0.01 < floor["launch_sd"] < 0.12 and floor["df"] == 2 and floor["runs"] == ["a"]
+    # The stated prior's 2 degrees of freedom beside the data's 2 (one per mode: two launches each).
+    assert 0.01 < floor["launch_sd"] < 0.12 and floor["df"] == 4 and floor["df_data"] == 2 and floor["runs"] == ["a"]
+    assert floor["prior"] == {"sd": 0.03, "df": 2} and floor["launch_sd_upper"] > floor["launch_sd"]
     truth = {c: base_curve(c) for c in LEVELS}
     assert cmp.launch_estimate({"baseline": launches(rng, "baseline", truth, 0.05, 1)}) is None
 
@@ -60,7 +62,7 @@ def test_the_floor_pools_runs_by_id_and_leaves_out_stale_ones():
     parts = {"old": measured(rng, 0.03, "2025-11-01T00:00:00+00:00"), "a": measured(rng, 0.03),
              "b": measured(rng, 0.03)}
     floor = cmp.launch_floor_from(parts, now=NOW, max_age_days=30)
-    assert floor["runs"] == ["a", "b"] and floor["df"] == 4
+    assert floor["runs"] == ["a", "b"] and floor["df_data"] == 4 and floor["df"] == 6
     assert cmp.launch_floor_from({"old": parts["old"]}, now=NOW, max_age_days=30) is None
 
 

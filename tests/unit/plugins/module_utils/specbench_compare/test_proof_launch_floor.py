@@ -75,7 +75,7 @@ def test_a_widened_ratio_keeps_its_window_interval_and_its_parts():
     w = math.log(0.95 / 0.85) / 2
     assert rows[0]["ratio_ci95_window"] == [0.85, 0.95]
     assert math.isclose(math.log(rows[0]["ratio_ci95"][1] / 0.9), math.hypot(w, extra), rel_tol=1e-3)
-    assert rows[0]["ci_parts"][1] == [[round(extra, 6), 4]] and "ratio_ci95_window" not in rows[1]
+    assert rows[0]["ci_parts"][1] == [[round(extra, 6), [4, 4]]] and "ratio_ci95_window" not in rows[1]
     assert cmp.launch_widen_proof(rows, None, {}) == []
 
 
