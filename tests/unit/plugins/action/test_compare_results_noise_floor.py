@@ -102,7 +102,7 @@ def test_auto_launches_twice_until_the_node_has_a_floor_then_once(tmp_path):
         r["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
     ActionModule._noise_floor(str(tmp_path), "node", "r1", two, floor_args(), False, [])
     after = plan(tmp_path, "auto")
-    assert after["launches"] == 1 and after["noise_floor"]["df"] == 2 and "one launch per mode" in after["msg"]
+    assert after["launches"] == 1 and after["noise_floor"]["df_data"] == 2 and "one launch per mode" in after["msg"]
     thin = plan(tmp_path, "AUTO", min_df=4)
     assert thin["launches"] == 2 and "has 2 degrees of freedom, fewer than compare_noise_floor_min_df (4)" in thin["msg"]
     off = plan(tmp_path, "auto", max_age=0.0)
