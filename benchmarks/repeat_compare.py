@@ -15,8 +15,11 @@ overlap, and whether the verdicts contradict (one run ``pays`` where the other `
 * ``--engine emulator``: EMULATOR figures, the seeds' Kimi-K2.5 node at time scale 0.1, baseline
   against EAGLE-3, with the emulator's default launch variation (2%).
 
+The default design includes sequential launches (``compare_max_launches``): a level left unclear is measured
+again in added rounds, and the run says how many launches each level got.
+
 Run: .venv/bin/python benchmarks/repeat_compare.py [--engine vllm|emulator] [--levels 1,4,16]
-     [--window-s 5] [--runs 2]
+     [--window-s 5] [--runs 2] [--prompts synthesized|repetitive]
 Only processes this script started are signalled (each node's own recorded servers and fake device
 folder; tests/specbench_testkit.kill_node_servers, tests/vllm/vllmkit.kill_recorded).
 """
@@ -39,6 +42,7 @@ import specbench_testkit as kit  # noqa: E402
 def run_twice(args, tmp: Path) -> tuple[list[dict], str]:
     levels = [int(c) for c in args.levels.split(",")]
     defaults = {"compare_launches": kit.role_default("compare", "compare_launches"), "compare_plots": False,
+                "compare_max_launches": kit.role_default("compare", "compare_max_launches"),
                 "results_dir": str(tmp / "results"), "bench_concurrency": levels, "bench_warmup_s": args.warmup_s,
                 "bench_window_s": args.window_s}
     if args.engine == "vllm":
@@ -49,6 +53,8 @@ def run_twice(args, tmp: Path) -> tuple[list[dict], str]:
         vllmkit.make_models()
         inv = vllmkit.node_vars(tmp, kit.free_port())
         extra = {**vllmkit.bench_vars(tmp), **defaults, "compare_modes": ["baseline", "ngram"], "bench_api": "chat"}
+        if args.prompts == "repetitive":
+            extra["bench_prompts_file"] = str(repetitive_prompts(tmp / "repetitive.jsonl"))
         spec, node, source = "ngram", tmp / "node", "REAL ENGINE ON CPU (vLLM's CPU build, tiny model)"
 
         def stop():
@@ -74,10 +80,26 @@ def run_twice(args, tmp: Path) -> tuple[list[dict], str]:
             found.append({"rc": run.rc, "launches": decided.get("launches"), "why": decided.get("msg"),
                           "levels": {lv["concurrency"]: lv for lv in summary.get("levels") or []},
                           "held": (summary.get("launch_variation") or {}).get("held"),
+                          "stop": summary.get("sequential_stop"),
                           "tail": run.stdout[-2000:] if run.rc else ""})
     finally:
         stop()
     return found, f"{source}, baseline against {spec}"
+
+
+def repetitive_prompts(path: Path, count: int = 32) -> Path:
+    """Prompts that repeat one short phrase many times: what n-gram speculation (prompt lookup) is made for,
+    so that its effect is large and the compare should decide it."""
+    import random  # noqa: PLC0415
+
+    rng = random.Random(49)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo",
+             "lima", "mike", "november", "oscar", "papa"]
+    with path.open("w", encoding="utf-8") as fh:
+        for _ in range(count):
+            phrase = " ".join(rng.choice(words) for _w in range(8))
+            fh.write(json.dumps({"prompt": "Repeat this line again and again: " + " ".join([phrase] * 12)}) + "\n")
+    return path
 
 
 def fmt(lv: dict | None, key: str) -> str:
@@ -92,13 +114,16 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=1.0)
     ap.add_argument("--window-s", type=float, default=5.0)
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--prompts", choices=("synthesized", "repetitive"), default="synthesized",
+                    help="vllm: the benchmark's own synthesized prompts, or prompts repeating one phrase (n-gram's case)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="specbench-repeat-") as tmp:
         runs, source = run_twice(args, Path(tmp))
-    print(f"repeat_compare: {source}; compare.yml {len(runs)} times in a row on one node, default design")
+    print(f"repeat_compare: {source}; compare.yml {len(runs)} times in a row on one node, default design, "
+          f"{args.prompts} prompts")
     for n, run in enumerate(runs, 1):
-        print(f"  run {n}: rc {run['rc']}, {run['launches']} launch(es) per mode, launch variation held "
-              f"{run['held']}: {run['why']}")
+        print(f"  run {n}: rc {run['rc']}, {run['launches']} launch(es) per mode planned, launch variation held "
+              f"{run['held']}: {run['why']}; sequential: {run['stop']}")
         if run["tail"]:
             print("    " + run["tail"].replace("\n", "\n    "))
     print("  level | run: speedup [per-level 95%] / [family-wise] verdict ... | 95% overlap | verdicts contradict")
@@ -106,7 +131,7 @@ def main() -> int:
     for conc in sorted({c for run in runs for c in run["levels"]}):
         lvs = [run["levels"].get(conc) for run in runs]
         cells = [f"{fmt(lv, 'speedup_ci95')} / {fmt(lv, 'speedup_ci_family').split(' ', 1)[-1]} "
-                 f"{(lv or {}).get('verdict', 'missing')}" for lv in lvs]
+                 f"{(lv or {}).get('verdict', 'missing')} ({(lv or {}).get('launches', 0)} launches)" for lv in lvs]
         cis = [lv.get("speedup_ci95") for lv in lvs if lv and lv.get("speedup_ci95")]
         overlap = len(cis) == len(lvs) and max(c[0] for c in cis) <= min(c[1] for c in cis)
         verdicts = {(lv or {}).get("verdict") for lv in lvs}

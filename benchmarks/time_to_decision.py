@@ -3,19 +3,22 @@
 machine, real processes on loopback; the emulator's time scale and this machine's load set the
 seconds, not a GPU).
 
-Issue 36, item 3. One emulated node (its own folder, port and device folder under a scratch folder),
-baseline and EAGLE-3 over the seeds' levels 1, 2, 5, 10, 30, 70, 100, 250, four compare runs in one
-window, each printed with its wall seconds and its ratio to the first:
+One emulated node (its own folder, port and device folder under a scratch folder), baseline and EAGLE-3 over
+the seeds' levels 1, 2, 5, 10, 30, 70, 100, 250, compare runs in one window, each printed with its wall
+seconds, its ratio to the old fixed grid, its launches per mode and its verdicts:
 
-* ``old``: the design before issue 36: one launch per mode (``compare_launches: 1``), fixed windows,
-  the emulator's launches all alike; launch-to-launch variation is not in its intervals;
-* ``first``: the default on a node without a noise floor (``compare_launches: auto``: two launches per
-  mode, A B B A, the second at 2 of the levels, ``compare_noise_floor_levels``; the emulator's default
-  launch variation, 2%), fixed windows;
-* ``first-every``: the same with the second launches at every level (``compare_noise_floor_levels: 0``);
-* ``first-adaptive``: the same on another fresh node, with adaptive windows (``bench_target_rel_ci``
-  ``--target``, at most the fixed window): a level stops once its interval is narrow enough;
-* ``later``: the default again on ``first``'s node, which now has a floor: one launch per mode.
+* ``old``: the fixed grid: one launch per mode (``compare_launches: 1``), no added launches
+  (``compare_max_launches: 0``), the emulator's launches all alike; launch-to-launch variation is not in its
+  intervals;
+* ``first-planned``: the default's planned launches on a node without a noise floor (``compare_launches: auto``:
+  two launches per mode, A B B A, the second at 2 of the levels, ``compare_noise_floor_levels``; the emulator's
+  default launch variation, 2%), no added launches;
+* ``first``: the default on another fresh node: the same, then sequential rounds at the levels left unclear
+  (``compare_max_launches``, 6);
+* ``first-every``: ``first-planned`` with the second launches at every level (``compare_noise_floor_levels: 0``);
+* ``first-adaptive``: ``first-planned`` with adaptive windows (``bench_target_rel_ci`` ``--target``, at most the
+  fixed window): a level stops once its interval is narrow enough;
+* ``later``: the default again on ``first``'s node, which now has a floor: one launch per mode, then rounds.
 
 Beside the times, the coverage each design gets is quoted from benchmarks/decision_coverage.py (the
 cells ``launch``, ``floor2``, ``floor``; COMPUTED, 1000 runs per cell, seed 36): the time ratios are
@@ -54,10 +57,11 @@ SEED_LEVELS = "1,2,5,10,30,70,100,250"
 # reads pays or loses (COMPUTED). Quoted, not recomputed: run that script for the figures.
 COVERAGE = {
     "old": "29.5-95.2% (95.2% only without launch variation; 46.5% at 3%), tie claims 3.9-79.1%",
-    "first": "95.5-97.8%, tie claims 2.1-3.8% (floor2, second launches at C=1,30, 4000 runs per cell)",
+    "first-planned": "SEE_DC_FIRST_PLANNED",
+    "first": "SEE_DC_FIRST",
     "first-every": "95.0-99.6%, tie claims 0.1-1.2% (floor2, second launches at every level, 4000 runs per cell)",
-    "first-adaptive": "as first (the interval's method is the same; the windows end sooner)",
-    "later": "94.5-96.7%, tie claims 0.4-3.8% (floor, from 1 or 3 earlier runs)",
+    "first-adaptive": "as first-planned (the interval's method is the same; the windows end sooner)",
+    "later": "SEE_DC_LATER",
 }
 
 
@@ -84,6 +88,7 @@ def compare(scratch: Path, node: Path, run_id: str, extra: dict, args) -> dict:
         out["twice"] = [lv["concurrency"] for lv in levels if (lv.get("launches") or 1) > 1]
         out["verdicts"] = " ".join(f"{lv['concurrency']}:{lv['verdict']}" for lv in levels)
         out["held"] = (found.get("launch_variation") or {}).get("held")
+        out["decided"] = all(lv["verdict"] == "loses" for lv in levels if lv["concurrency"] >= 5)
     if run.rc:
         out["tail"] = run.stdout[-1500:]
     return out
@@ -97,7 +102,8 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--window-s", type=float, default=4.0)
     ap.add_argument("--target", type=float, default=0.05, help="first-adaptive: bench_target_rel_ci")
-    ap.add_argument("--only", default="old,first,later", help="of old,first,first-every,first-adaptive,later")
+    ap.add_argument("--only", default="old,first-planned,first,later",
+                    help="of old,first-planned,first,first-every,first-adaptive,later")
     ap.add_argument("--timeout-s", type=int, default=3600)
     args = ap.parse_args()
     wanted = args.only.split(",")
@@ -105,29 +111,34 @@ def main() -> int:
           f"{args.window_s:g} s, time scale {args.time_scale:g}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}); coverage quoted from decision_coverage.py (COMPUTED)")
     sd = kit.role_default("sglang_server", "sglang_server_emulator_launch_sd")  # the default, as on a real node
+    rounds = kit.role_default("compare", "compare_max_launches")
     designs = {
-        "old": ("node-old", {"compare_launches": 1, "sglang_server_emulator_launch_sd": 0}),
-        "first": ("node-default", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd}),
-        "first-every": ("node-every", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd,
-                                       "compare_noise_floor_levels": 0}),
-        "first-adaptive": ("node-adaptive", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd,
-                                             "bench_target_rel_ci": args.target,
-                                             "bench_window_max_s": args.window_s}),
-        "later": ("node-default", {"compare_launches": "auto", "sglang_server_emulator_launch_sd": sd}),
+        "old": ("node-old", {"compare_launches": 1, "compare_max_launches": 0, "sglang_server_emulator_launch_sd": 0}),
+        "first-planned": ("node-planned", {"compare_launches": "auto", "compare_max_launches": 0,
+                                           "sglang_server_emulator_launch_sd": sd}),
+        "first": ("node-default", {"compare_launches": "auto", "compare_max_launches": rounds,
+                                   "sglang_server_emulator_launch_sd": sd}),
+        "first-every": ("node-every", {"compare_launches": "auto", "compare_max_launches": 0,
+                                       "sglang_server_emulator_launch_sd": sd, "compare_noise_floor_levels": 0}),
+        "first-adaptive": ("node-adaptive", {"compare_launches": "auto", "compare_max_launches": 0,
+                                             "sglang_server_emulator_launch_sd": sd,
+                                             "bench_target_rel_ci": args.target, "bench_window_max_s": args.window_s}),
+        "later": ("node-default", {"compare_launches": "auto", "compare_max_launches": rounds,
+                                   "sglang_server_emulator_launch_sd": sd}),
     }
     with tempfile.TemporaryDirectory(prefix="specbench-ttd-") as tmp:
         scratch = Path(tmp)
         rows = []
-        for name in ("old", "first", "first-every", "first-adaptive", "later"):
+        for name in ("old", "first-planned", "first", "first-every", "first-adaptive", "later"):
             if name not in wanted:
                 continue
             node_name, extra = designs[name]
             row = compare(scratch, scratch / node_name, name, extra, args)
             rows.append(row)
             twice = ",".join(map(str, row.get("twice") or [])) or "none"
-            print(f"  {name:15s} {row['wall_s']:7.1f} s  rc {row['rc']}  launches per mode {row.get('launches')} "
-                  f"(pooled over two at C={twice})  launch variation held {row.get('held')}  {row.get('verdicts', '')}",
-                  flush=True)
+            print(f"  {name:15s} {row['wall_s']:7.1f} s  rc {row['rc']}  launches per mode up to {row.get('launches')} "
+                  f"(pooled over more than one at C={twice})  launch variation held {row.get('held')}  loses at every "
+                  f"level from C=5: {row.get('decided')}  {row.get('verdicts', '')}", flush=True)
             if row.get("tail"):
                 print("    " + row["tail"].replace("\n", "\n    "))
         base = next((r["wall_s"] for r in rows if r["run"] == "old"), None)

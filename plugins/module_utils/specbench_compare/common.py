@@ -32,7 +32,7 @@ ARGUMENT_SPEC = {
     "noise_floor_levels": {"type": "int", "default": 2},
     "noise_floor_prior_sd": {"type": "float", "default": 0.03},
     "noise_floor_prior_df": {"type": "int", "default": 2},
-    "noise_floor_key": {"type": "dict"},
+    "noise_floor_key": {"type": "dict", "no_log": False},
     "max_launches": {"type": "int", "default": 0},
     "time_budget_s": {"type": "float", "default": 0.0},
     "sequential_round": {"type": "int"},
