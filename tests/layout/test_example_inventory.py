@@ -114,3 +114,26 @@ def test_the_proxmox_host_named_on_purpose_is_refused_before_anything_runs(tmp_p
     others = {task for task in started - checks if not task.startswith("Validating arguments against arg spec")}
     assert others == {"Teardown | Use the embedded default with no inventory, and check the hosts named",
                       "Teardown | Refuse a host not meant to be a GPU node (not in group specbench_nodes, no engine set)"}, others
+
+
+def test_the_readmes_one_node_inventory_targets_its_node(tmp_path):
+    """README's minimal inventory: one host in group specbench_nodes with engine sglang, a documentation
+    address; its documented bench.yml command targets that host (and nothing else)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Your first real node"):]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+    assert len(block.strip().splitlines()) <= 6, block
+    parsed = yaml.safe_load(block)
+    (host, hostvars), = parsed["specbench_nodes"]["hosts"].items()
+    assert parsed["specbench_nodes"]["vars"]["engine"] == "sglang"
+    assert hostvars["ansible_host"].startswith("192.0.2."), hostvars
+    inventory = tmp_path / "my-node.yml"
+    inventory.write_text(block.replace(hostvars["ansible_host"], "127.0.0.1"))
+    commands = re.findall(r"\.venv/bin/ansible-playbook -i my-node\.yml ([^#\n]*)", section)
+    assert commands, section[:2000]
+    for args in commands:
+        playbook, *rest = shlex.split(args)
+        run = run_playbook(tmp_path, playbook, inventory, cmdline=" ".join([*map(shlex.quote, rest), "--list-hosts"]))
+        assert run.rc == 0, run.stdout[-3000:]
+        on_nodes = [hosts for _name, hosts in play_hosts(run.stdout) if hosts != ["localhost"]]
+        assert on_nodes and all(hosts == [host] for hosts in on_nodes), (args, on_nodes)
