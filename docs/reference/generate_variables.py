@@ -40,9 +40,11 @@ PLAYBOOK_ONLY = [
     {
         "name": "bench_hosts",
         "type": "str",
-        "default": "all",
+        "default": "specbench_nodes if the inventory has that group, else all",
         "playbooks": "bench, compare, serve, teardown",
-        "description": "The host pattern the plays target (for example a group of your inventory).",
+        "description": "The host pattern the plays target (for example a group of your inventory). Every host "
+        "targeted must be in group `specbench_nodes` or set `engine`: any other host stops the run before "
+        "anything runs, naming itself.",
         "why": "read by the plays' `hosts:` line before any role runs; role run_context's "
         "`run_context_hosts` defaults to it and fails at once when it matches no host",
     },

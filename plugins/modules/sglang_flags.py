@@ -142,7 +142,7 @@ def main():
     problems = check(p["args"], info, p["renames"], p["origins"], where)
     if p["require_version"] and public_version(info["version"]) != public_version(p["require_version"]):
         problems.append(f"SGLang {info['version']} {where} is not the required {p['require_version']} "
-                        "(sglang_server_require_version).")
+                        "(require_version).")
     result = {"version": info["version"], "options_count": len(info["options"]), "checked": True,
               "flags": flags_in(p["args"])}
     if problems:

@@ -30,8 +30,13 @@ def test_galaxy_build_packages_the_collection(tmp_path):
               "CHANGELOG.md", "changelogs/changelog.yaml", "changelogs/config.yaml", "playbooks/bench.yml",
               "files/sglang_emulator/__main__.py", "docs/reference/variables.md"}
     assert not needed - names, f"{sorted(needed - names)} left out of the built collection"
-    leaked = sorted(n for n in names if n.split("/")[0] in {"tests", "benchmarks", "results", "collections", "context",
+    # Of tests/, the sanity ignores only, as certified collections ship them (ansible-test sanity on the
+    # installed collection reads them: tests/sanity/run.sh).
+    ignores = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "sanity").glob("ignore-*.txt"))
+    assert ignores and set(ignores) <= names, f"{ignores} left out of the built collection"
+    leaked = sorted(n for n in names if n.split("/")[0] in {"benchmarks", "results", "collections", "context",
                                                             ".ci", "bench.yml", "ansible.cfg"}
+                    or (n.startswith("tests/") and n not in {"tests", "tests/sanity", *ignores})
                     or n.startswith(".venv") or "/molecule/" in n or n.endswith((".pyc", ".tar.gz"))
                     or n == "docs/reference/generate_variables.py")
     assert not leaked, f"the tarball carries what users do not need: {leaked[:10]}"

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from nodekit import case_outcomes, cases_playbook, emulator_vars, free_port, localhost_inventory, run_playbook
+from nodekit import ROOT, case_outcomes, cases_playbook, emulator_vars, free_port, localhost_inventory, run_playbook
 
 pytestmark = pytest.mark.slow
 
@@ -132,6 +132,67 @@ def test_every_preflight_refusal_names_the_fix_before_anything_is_torn_down_or_l
     # Nothing launched: no server record, no server log.
     assert not (node_dir / "state").exists() or not list((node_dir / "state").glob("*.json"))
     assert not list(node_dir.glob("logs/*.log"))
+
+
+def test_tp_size_auto_renders_the_nodes_gpu_count_else_one_and_says_so(tmp_path, node_dir):
+    """sglang_server_tp_size's default, auto: engine=sglang renders the GPUs CUDA_VISIBLE_DEVICES names, else
+    those counted on the node (a stand-in nvidia-smi), else 1; the emulator --emulator-gpus, else its
+    profile's GPUs. Each is printed with where it came from; a number given is rendered as given."""
+    (node_dir / "cases").mkdir()
+    model = tmp_path / "models" / "m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    sglang = {"engine": "sglang", "sglang_server_check_flags": False, "sglang_server_check_node": False,
+              "sglang_server_gpu_backend": "nvidia-smi", "sglang_server_tp_size": "auto",
+              "sglang_python": str(_python_with_sglang(tmp_path, "0.5.23")), "sglang_model_path": str(model)}
+    emulator = {"mode": "baseline", "sglang_server_tp_size": "auto", "sglang_server_check_flags": False}
+    cases = {
+        "sg_counted": {"vars": {"mode": "baseline", **sglang,
+                                "sglang_server_gpu_nvidia_smi": str(_fake_nvidia_smi(tmp_path, 4))}},
+        "sg_visible": {"vars": {"mode": "baseline", **sglang,
+                                "sglang_server_gpu_nvidia_smi": str(_fake_nvidia_smi(tmp_path, 4)),
+                                "sglang_server_environment": {"CUDA_VISIBLE_DEVICES": "0, 1"}}},
+        "sg_none": {"vars": {"mode": "baseline", **sglang,
+                             "sglang_server_gpu_nvidia_smi": str(tmp_path / "no-nvidia-smi")}},
+        "sg_given": {"vars": {"mode": "baseline", **sglang, "sglang_server_tp_size": 2,
+                              "sglang_server_gpu_nvidia_smi": str(_fake_nvidia_smi(tmp_path, 4))}},
+        "emu_default": {"vars": {**emulator, "sglang_server_emulator_profile": ""}},
+        "emu_llama": {"vars": {**emulator, "sglang_server_emulator_profile": "llama-3.1-8b-1x-h100"}},
+        "emu_gpus": {"vars": {**emulator, "sglang_server_emulator_args": ["--emulator-gpus", "2"]}},
+    }
+    for case in cases.values():
+        case["tasks_from"] = "preflight"
+    run = run_playbook(tmp_path, cases_playbook(tmp_path / "cases.yml", cases, record="sglang_server_command"),
+                       localhost_inventory(**emulator_vars(node_dir, free_port())))
+    assert run.rc == 0, run.stdout[-4000:]
+    out = case_outcomes(node_dir)
+    rendered = {}
+    for name, outcome in out.items():
+        assert not outcome["failed"], (name, outcome)
+        args = outcome["fact"]["args"]
+        rendered[name] = int(args[args.index("--tp-size") + 1])
+    assert rendered == {"sg_counted": 4, "sg_visible": 2, "sg_none": 1, "sg_given": 2,
+                        "emu_default": 8, "emu_llama": 1, "emu_gpus": 2}, rendered
+    said = [(n, " ".join(why.split())) for n, why in
+            re.findall(r"sglang_server_tp_size auto: --tp-size (\d+) on localhost \(([^)]*)", run.stdout)]
+    assert [int(n) for n, _why in said] == [4, 2, 1, 8, 1, 2], said
+    assert "GPUs counted on the node (gpu_backend nvidia-smi" in said[0][1]
+    assert "CUDA_VISIBLE_DEVICES" in said[1][1] and "no GPU counted on the node" in said[2][1]
+    assert "kimi-k2.5-8x-rtx-pro-6000" in said[3][1] and "--emulator-gpus" in said[5][1]
+
+
+def test_the_emulator_profiles_gpus_are_the_emulators_own():
+    """sglang_server_emulator_profile_gpus (what auto renders on the emulator) holds every profile's
+    default_tp_size, and "" the default profile's."""
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "files"))
+    from sglang_emulator.profiles import DEFAULT_PROFILE, PROFILES
+
+    table = yaml.safe_load((ROOT / "roles" / "sglang_server" / "vars" / "main.yml").read_text())[
+        "sglang_server_emulator_profile_gpus"]
+    assert table == {"": PROFILES[DEFAULT_PROFILE]["default_tp_size"],
+                     **{name: profile["default_tp_size"] for name, profile in PROFILES.items()}}
 
 
 def test_bench_yml_refuses_in_its_preflight_play_before_any_teardown(tmp_path, node_dir):

@@ -2,9 +2,12 @@
 # ansible-test sanity on the collection, the suite every Galaxy collection is held to, or (with
 # --units) ansible-test units, which runs the collection's unit tests under tests/unit/.
 #
-# ansible-test wants the collection at <dir>/ansible_collections/<namespace>/<name>, so this
-# lays out a copy of what the collection ships (files git tracks or would track, less
-# galaxy.yml's build_ignore) under a temporary directory and runs there. Each sanity test
+# ansible-test wants the collection at <dir>/ansible_collections/<namespace>/<name>. Sanity runs on
+# what Galaxy and Automation Hub receive: the tarball `ansible-galaxy collection build` makes of
+# this checkout, installed with `ansible-galaxy collection install` into a temporary collections
+# path, with the sanity ignores it ships (tests/sanity/ignore-*.txt; galaxy.yml's build_ignore
+# leaves the rest of tests/ out). The unit tests are not shipped, so --units lays out a copy of
+# the checkout instead (files git tracks or would track, less build_ignore, plus tests/). Each sanity test
 # gets its own virtual environment (--venv, reused from ~/.ansible/test/venv on later runs)
 # with its pinned linters installed from the package index. The unit tests run in one venv
 # kept at ~/.ansible/test/venv/specbench-units/python3.11 (ansible-test's own --venv would
@@ -74,17 +77,28 @@ if [ ! -e "$get_pip" ] || { head -n1 "$get_pip" | grep -qF "$marker" && [ "$(cat
   echo "== sanity: wrote pip $pip_version bootstrap $get_pip"
 fi
 
-# The shipped files: tracked plus untracked-not-ignored, less galaxy.yml's build_ignore
-# (which drops the venv links, collections/ and its link back to this root, results, .ci),
-# plus tests/, which the tarball leaves out but ansible-test reads: the sanity ignores
-# (tests/sanity/ignore-2.19.txt) and the unit tests (tests/unit/).
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/specbench-$command.XXXXXX")
 if [ "$keep" -eq 0 ]; then trap 'rm -rf "$tmp"' EXIT; fi
-dest="$tmp/ansible_collections/specbench/core"
-mkdir -p "$dest"
-git ls-files -z --cached --others --exclude-standard | python -c '
+if [ "$command" = sanity ]; then
+  # The built collection, installed as a user installs it (no dependencies: sanity needs none).
+  ansible-galaxy collection build --output-path "$tmp/build" "$root" >"$tmp/build.log" 2>&1 \
+    || { cat "$tmp/build.log" >&2; echo "tests/sanity/run.sh: ansible-galaxy collection build failed" >&2; exit 2; }
+  tarball=$(ls "$tmp"/build/specbench-core-*.tar.gz)
+  ansible-galaxy collection install --no-deps --force -p "$tmp" "$tarball" >"$tmp/install.log" 2>&1 \
+    || { cat "$tmp/install.log" >&2; echo "tests/sanity/run.sh: ansible-galaxy collection install failed" >&2; exit 2; }
+  dest="$tmp/ansible_collections/specbench/core"
+  shipped=$(cd "$dest" && find tests/sanity -maxdepth 1 -name 'ignore-*.txt' 2>/dev/null | sort | tr '\n' ' ' || true)
+  shipped=${shipped% }
+  echo "== sanity: on the built collection $(basename "$tarball"), installed at $dest (ignores shipped: ${shipped:-none})"
+else
+  # The unit tests: tracked plus untracked-not-ignored files, less galaxy.yml's build_ignore
+  # (which drops the venv links, collections/ and its link back to this root, results, .ci),
+  # plus tests/, which the tarball leaves out but ansible-test units reads (tests/unit/).
+  dest="$tmp/ansible_collections/specbench/core"
+  mkdir -p "$dest"
+  git ls-files -z --cached --others --exclude-standard | python -c '
 import fnmatch, os, sys, yaml
-ignore = [pat for pat in yaml.safe_load(open("galaxy.yml"))["build_ignore"] if pat != "tests"]
+ignore = [pat for pat in yaml.safe_load(open("galaxy.yml"))["build_ignore"] if not pat.startswith("tests")]
 for path in sys.stdin.read().split("\0"):
     if not path or not os.path.lexists(path):
         continue  # deleted in the work tree, not yet in the index
@@ -93,6 +107,7 @@ for path in sys.stdin.read().split("\0"):
     if not any(fnmatch.fnmatch(p, pat) for p in prefixes for pat in ignore):
         sys.stdout.write(path + "\0")
 ' | tar -c --null -T - -f - | tar -x -f - -C "$dest"
+fi
 [ "$keep" -eq 1 ] && echo "== $command: copy kept at $dest"
 
 echo "== ansible-test $command ($(ansible-test --version))"
@@ -118,6 +133,6 @@ if [ "$command" = units ]; then
   echo "== units: exit $rc after $((SECONDS - start)) s (tests/unit, in $venv)"
 else
   ansible-test sanity --venv --python 3.11 --color no "${args[@]}" || rc=$?
-  echo "== sanity: exit $rc after $((SECONDS - start)) s (ignores: tests/sanity/ignore-2.19.txt)"
+  echo "== sanity: exit $rc after $((SECONDS - start)) s (the built collection; ignores: ${shipped:-none shipped})"
 fi
 exit $rc

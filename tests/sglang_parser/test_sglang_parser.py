@@ -84,6 +84,7 @@ def test_every_mode_renders_a_command_sglang_0_5_23_parses(tmp_path, sglang_pyth
         engine="sglang", sglang_python=sglang_python, specbench_node_dir=str(node), sglang_server_check_node=False,
         sglang_server_model_path="/models/Kimi-K2.5-INT4", sglang_server_draft_model_path="/models/Kimi-K2.5-EAGLE3",
         sglang_server_standalone_draft_model_path="/models/small-draft", sglang_server_port=30000,
+        sglang_server_tp_size=8,  # as given (auto would count this machine's GPUs)
     )
     run = run_playbook(tmp_path, cases_playbook(tmp_path / "modes.yml", cases, record="sglang_server_command"),
                        inventory)
