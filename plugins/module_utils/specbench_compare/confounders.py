@@ -52,6 +52,19 @@ def _server_info(result: dict) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def gpu_facts(result: dict) -> dict | None:
+    """The node's GPUs as a mode's results file recorded them (``gpu.before``, the teardown's read
+    before the launch): ``{backend, driver_version, gpus: [name per GPU]}``, or None when the file
+    has no GPU record. ``backend`` says how they were read: ``nvml`` or ``nvidia-smi`` (real GPUs),
+    ``emulated`` (the emulator's device folder)."""
+    gpu = result.get("gpu") if isinstance(result.get("gpu"), dict) else {}
+    before = gpu.get("before") if isinstance(gpu.get("before"), dict) else {}
+    if not before.get("backend"):
+        return None
+    gpus = [g.get("name") or "unnamed GPU" for g in before.get("gpus") or [] if isinstance(g, dict)]
+    return {"backend": before.get("backend"), "driver_version": before.get("driver_version"), "gpus": gpus}
+
+
 def capacity_settings(result: dict) -> dict:
     """Capacity settings of a mode's server: what the launch role rendered (``server.settings``),
     overridden by what the server itself reports (``server.server_info``, SGLang's resolved
