@@ -84,17 +84,17 @@ REAL_GPU_BACKENDS = ("nvml", "nvidia-smi")
 
 
 def gpu_words(gpu: dict) -> str:
-    """A mode's GPU facts (summary ``servers.<mode>.gpu``) in words: '8 x NVIDIA H100 80GB HBM3
-    (driver 550.54.15, read through nvml)'."""
+    """A mode's GPU facts (summary ``servers.<mode>.gpu``) in words: '8 x NVIDIA H100 80GB HBM3;
+    driver 550.54.15; read through nvml'."""
     names = gpu.get("gpus") or []
     counts: dict = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
     listed = ", ".join(f"{n} x {name}" for name, n in counts.items()) or "none listed"
     backend = gpu.get("backend")
-    how = "emulated GPUs (the emulator's device folder)" if backend == "emulated" else f"read through {backend}"
-    driver = f"driver {gpu['driver_version']}, " if gpu.get("driver_version") else ""
-    return f"{listed} ({driver}{how})"
+    how = "emulated (the emulator's device folder)" if backend == "emulated" else f"read through {backend}"
+    driver = f"; driver {gpu['driver_version']}" if gpu.get("driver_version") else ""
+    return f"{listed}{driver}; {how}"
 
 
 def figure_source(info: dict) -> str:
@@ -106,8 +106,8 @@ def figure_source(info: dict) -> str:
     if emulated:
         return "emulated: the specbench emulator's performance model of the node, not a measurement of it"
     if gpu.get("backend") in REAL_GPU_BACKENDS:
-        return (f"measured: a real engine ({engine} {info.get('version') or 'version unknown'}) on real GPUs "
-                f"({gpu_words(gpu)})")
+        return (f"measured: a real engine ({engine} {info.get('version') or 'version unknown'}) on real GPUs: "
+                f"{gpu_words(gpu)}")
     return (f"measured: a real engine ({engine} {info.get('version') or 'version unknown'}); no GPU was recorded "
             "(a CPU build, or a results file from before the GPU record)")
 

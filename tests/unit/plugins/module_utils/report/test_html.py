@@ -126,7 +126,11 @@ def test_where_the_figures_come_from_names_emulated_real_gpus_and_what_was_compu
     text = rep.render_markdown(summary)
     section = text[text.index("## Where the figures come from"):text.index("## Method")]
     assert ("`baseline`'s throughput, latencies and accept lengths: measured: a real engine (sglang 0.5.23) on real "
-            "GPUs (2 x NVIDIA H100 80GB HBM3 (driver 550.54.15, read through nvml))") in section
+            "GPUs: 2 x NVIDIA H100 80GB HBM3; driver 550.54.15; read through nvml.") in section
     assert "`eagle3`'s throughput, latencies and accept lengths: emulated" in section
     assert "Computed by specbench from those figures" in section
-    assert "  - GPUs: 2 x NVIDIA H100 80GB HBM3 (driver 550.54.15, read through nvml)" in text
+    assert "  - GPUs: 2 x NVIDIA H100 80GB HBM3; driver 550.54.15; read through nvml" in text
+    # An emulated node's first read (before its first launch made the device folder) lists none: the read after does.
+    spec["gpu"] = {"before": {"backend": "emulated", "gpus": []},
+                   "after": {"backend": "emulated", "driver_version": "590.48.01", "gpus": [{"name": "RTX"}]}}
+    assert cmp.gpu_facts(spec) == {"backend": "emulated", "driver_version": "590.48.01", "gpus": ["RTX"]}
