@@ -259,6 +259,8 @@ class ActionModule(ActionBase):
             changed=bool(changed_files) if not check else bool(files),
             changed_files=changed_files,
             hosts=compact_hosts,
+            reports={host: {"html": h["report_html"], "md": h["report"], "verdict": h["verdict"]}
+                     for host, h in compact_hosts.items()},
             summaries=summaries,
             index=index,
             files=files,

@@ -262,6 +262,18 @@ hosts:
       report_html: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.html
       verdict: "gpu-node-1: crosses: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without
         speculation."
+reports:
+  description:
+    - Per host, where its reports are and what they conclude - C(html) (report.html, self-contained), C(md)
+      (report.md) and C(verdict) (the one line of I(hosts)); what the compare role hands AWX through set_stats.
+  returned: always
+  type: dict
+  sample:
+    gpu-node-1:
+      html: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.html
+      md: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.md
+      verdict: "gpu-node-1: crosses: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without
+        speculation."
 summaries:
   description: Per host, the full summary as written to summary.json.
   returned: always

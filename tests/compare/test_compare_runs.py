@@ -157,6 +157,13 @@ def test_set_stats_carries_the_summary_for_awx(accuracy_run):
     for host in ("kimi", "llama"):
         assert stats["hosts"][host]["crossover_concurrency"] == summary(run_dir, host)["crossover_concurrency"]
         assert stats["hosts"][host]["recommendation"].startswith(("Speculate", "Do not"))
+        # Where a workflow's next node (or a person reading the job's artifacts) finds each report.
+        report = stats["reports"][host]
+        assert Path(report["html"]).samefile(run_dir / host / "report.html")
+        assert Path(report["md"]).samefile(run_dir / host / "report.md")
+        assert report["verdict"] == f"{host}: {summary(run_dir, host)['crossover_status'].replace('_', ' ')}: " \
+            f"{stats['hosts'][host]['recommendation']}"
+    assert Path(stats["index_html"]).samefile(run_dir / "index.html")
     # ansible-runner keeps the stats event among the run's artifacts, as AWX does.
     saved = [json.loads(p.read_text()) for p in (run.pdd / "artifacts").glob("*/job_events/*.json")]
     (stats_event,) = [e for e in saved if e.get("event") == "playbook_on_stats"]
