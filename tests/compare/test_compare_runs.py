@@ -7,6 +7,7 @@ Two runs, each shared by the tests below it:
   the emulator's default profile (the seeds' Kimi-K2.5 node, crossover near C=1.3), one on the
   second profile (Llama-3.1-8B on an H100, crossover near C=50). Each host's crossover must match
   the emulator's analytic model within one level.
+  The browser test opens its report.html files in headless Chromium (report_browser).
 * ``fault_run`` (started beside the accuracy run: it mostly waits): a fleet where every host has
   its own fault: eagle3 fails to start (its draft does not fit the shared memory fraction), the
   server crashes mid-sweep, the teardown cannot clean (a GPU holder it must not kill), and a host
@@ -20,7 +21,9 @@ import math
 from pathlib import Path
 
 import compare_kit
+import markupsafe
 import pytest
+import report_browser
 from compare_kit import KIMI, KIMI_LEVELS, LLAMA, LLAMA_LEVELS, RUN_TIMEOUT_S, node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
 from specbench_testkit import free_port, inventory, kill_node_servers, shared_run, start_shared_run
@@ -129,6 +132,35 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     index = json.loads((run_dir / "index.json").read_text())
     assert set(index["hosts"]) == {"kimi", "llama"} and index["hosts_complete"] == 2  # not the host --limit left out
     assert (run_dir / "index.md").is_file()
+
+
+@pytest.mark.skipif(not report_browser.chromium(), reason=report_browser.NOT_INSTALLED)
+def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(accuracy_run):
+    """Each host's report.html and the run's index.html in headless Chromium: no console message,
+    every plot shown from its inline data, no empty section, the index's links to each report
+    resolve. The screenshots stay in tests/.tmp/report-html/ (printed)."""
+    _unused1, run_dir, _unused2 = accuracy_run
+    shots = []
+    for host in ("kimi", "llama"):
+        page = run_dir / host / "report.html"
+        found = report_browser.check_page(page, report_browser.ARTIFACTS / f"check-{host}")
+        assert not found["console"], found["console"]
+        assert not found["problems"], found["problems"]
+        plots = summary(run_dir, host)["files"]["plots"]
+        assert len(found["images"]) == len(plots) >= 5, (found["images"], plots)  # the latency and terms plots too
+        assert found["sections"][:3] == ["verdict-first", "verdict", "plots"], found["sections"]
+        assert found["sections"][3].startswith("confounders-"), found["sections"]
+        assert any(s.endswith("-against-baseline-per-level") for s in found["sections"]), found["sections"]
+        text = page.read_text()
+        assert '<blockquote class="emulated">' in text and "<script" not in text
+        assert str(markupsafe.escape(summary(run_dir, host)["recommendation"])) in text
+        shots.append(report_browser.screenshot(page, report_browser.ARTIFACTS / f"{host}-report.png", found["height"]))
+    index = report_browser.check_page(run_dir / "index.html", report_browser.ARTIFACTS / "check-index")
+    assert not index["console"] and not index["problems"], index
+    reports = [link for link in index["links"] if link.endswith("report.html")]
+    assert sorted(reports) == ["kimi/report.html", "llama/report.html"]
+    assert all((run_dir / link).is_file() for link in index["links"]), index["links"]
+    print("report.html screenshots:", *shots)
 
 
 def test_every_mode_gave_the_baselines_exact_outputs_and_the_gain_is_weighed_by_the_traffic(accuracy_run):
