@@ -299,6 +299,27 @@ def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_inco
     assert report.index("**INCOMPLETE**") < report.index("## Confounders")
 
 
+@pytest.mark.skipif(not report_browser.chromium(), reason=report_browser.NOT_INSTALLED)
+def test_an_incomplete_hosts_html_report_opens_whole_and_says_so_first(fault_run):
+    """The fault fleet's pages in Chromium (compare_plots: false there): INCOMPLETE above the verdict,
+    the failed and crashed levels as they are, no empty section, no plots section without plots; the
+    index links every host's report, the unreachable one's included (it says what was not measured)."""
+    _unused1, run_dir = fault_run
+    page = run_dir / "faulty" / "report.html"
+    found = report_browser.check_page(page, report_browser.ARTIFACTS / "check-faulty")
+    assert not found["console"] and not found["problems"] and not found["images"], found
+    assert "plots" not in found["sections"] and found["sections"][:2] == ["verdict-first", "verdict"], found["sections"]
+    text = page.read_text()
+    assert text.index('<blockquote class="incomplete">') < text.index('class="card incomplete"')
+    verdicts = {lv["verdict"] for lv in summary(run_dir, "faulty")["comparisons"]["ngram"]["levels"]}
+    assert all(f'v-{v}">{v}</td>' in text for v in verdicts), verdicts
+    index = report_browser.check_page(run_dir / "index.html", report_browser.ARTIFACTS / "check-faults-index")
+    assert not index["console"] and not index["problems"], index
+    assert sorted(link for link in index["links"] if link.endswith(".html")) == [
+        f"{host}/report.html" for host in sorted(FAULT_HOSTS)]
+    assert all((run_dir / link).is_file() for link in index["links"])
+
+
 def test_a_crash_mid_sweep_keeps_the_levels_measured_before_it(fault_run):
     _unused1, run_dir = fault_run
     spec = json.loads((run_dir / "faulty" / "ngram.json").read_text())
