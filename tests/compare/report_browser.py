@@ -13,6 +13,7 @@ and kin), and a page that reached for one would log it.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,8 +21,7 @@ import tempfile
 from pathlib import Path
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / ".tmp" / "report-html"
-NOT_INSTALLED = ("chromium is not installed: apt-get install chromium (Debian's package; .ci/run installs it, and CI "
-                 "fails this test without it)")
+NOT_INSTALLED = "chromium is not installed and cannot be installed here"
 
 CHECKER = """<script>
 window.addEventListener("load", function () {
@@ -51,6 +51,30 @@ CONSOLE = re.compile(r":INFO:CONSOLE[^\]]*\] (.*)$")
 
 def chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def ensure_chromium() -> tuple[str | None, str]:
+    """Chromium's path, installing Debian's package first where it is missing and this user may
+    (root, or sudo without a password); else (None, why not). .ci/run installs it beforehand."""
+    found = chromium()
+    if found:
+        return found, ""
+    if not shutil.which("apt-get"):
+        return None, f"{NOT_INSTALLED}: no apt-get (install Debian's package chromium, or its equivalent)"
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    if sudo and subprocess.run([*sudo, "true"], capture_output=True, check=False).returncode != 0:
+        return None, f"{NOT_INSTALLED}: not root and no sudo without a password (run: sudo apt-get install chromium)"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    steps = ([*sudo, "apt-get", "update", "-qq"],
+             [*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"])
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, env=env, timeout=600, check=False)
+        except subprocess.TimeoutExpired:
+            return None, f"{NOT_INSTALLED}: {' '.join(step)} ran past 600 s"
+        if done.returncode != 0:
+            return None, f"{NOT_INSTALLED}: {' '.join(step)} failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    return chromium(), "" if chromium() else f"{NOT_INSTALLED}: apt-get installed chromium but it is not on PATH"
 
 
 def _run(binary: str, args: list[str], timeout: int = 120) -> subprocess.CompletedProcess:

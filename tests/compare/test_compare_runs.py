@@ -134,8 +134,18 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     assert (run_dir / "index.md").is_file()
 
 
-@pytest.mark.skipif(not report_browser.chromium(), reason=report_browser.NOT_INSTALLED)
-def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(accuracy_run):
+@pytest.fixture(scope="session")
+def browser():
+    """Chromium, installed where it is missing and can be (report_browser.ensure_chromium); the tests
+    that need it skip, saying why, only where it cannot be (a skip CI refuses: .ci/run installs it).
+    Session-scoped, so it is settled before the runs the tests read."""
+    found, why = report_browser.ensure_chromium()
+    if not found:
+        pytest.skip(why)
+    return found
+
+
+def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(browser, accuracy_run):
     """Each host's report.html and the run's index.html in headless Chromium: no console message,
     every plot shown from its inline data, no empty section, the index's links to each report
     resolve. The screenshots stay in tests/.tmp/report-html/ (printed)."""
@@ -299,8 +309,7 @@ def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_inco
     assert report.index("**INCOMPLETE**") < report.index("## Confounders")
 
 
-@pytest.mark.skipif(not report_browser.chromium(), reason=report_browser.NOT_INSTALLED)
-def test_an_incomplete_hosts_html_report_opens_whole_and_says_so_first(fault_run):
+def test_an_incomplete_hosts_html_report_opens_whole_and_says_so_first(browser, fault_run):
     """The fault fleet's pages in Chromium (compare_plots: false there): INCOMPLETE above the verdict,
     the failed and crashed levels as they are, no empty section, no plots section without plots; the
     index links every host's report, the unreachable one's included (it says what was not measured)."""
