@@ -16,8 +16,10 @@ import re
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.specbench.core.plugins.module_utils.report import html as report_html
 from ansible_collections.specbench.core.plugins.module_utils.report import index as fleet_index
 from ansible_collections.specbench.core.plugins.module_utils.report import render as report
+from ansible_collections.specbench.core.plugins.module_utils.report.sections import verdict_line
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
     ARGUMENT_SPEC,
     CompareError,
@@ -204,14 +206,18 @@ class ActionModule(ActionBase):
                                     "pip install -r requirements.txt")
             elif args["plots"]:
                 plots = dict(report.PLOTS)
-            summary["files"] = {"report": "report.md", "csv": "summary.csv", "plots": plots}
+            summary["files"] = {"report": "report.md", "html": "report.html", "csv": "summary.csv", "plots": plots}
             if summary.get("adaptive_config"):
                 summary["files"]["adaptive_config"] = "adaptive-config.json"
                 summary["files"]["adaptive_vars"] = "adaptive-vars.json"
+            markdown = report.render_markdown(summary, plots)
             outputs = {
                 "summary.json": report.dump_json(summary),
                 "summary.csv": report.render_csv(summary),
-                "report.md": report.render_markdown(summary, plots),
+                "report.md": markdown,
+                # The same report, self-contained (plots inline): rendered from report.md's text and the summary.
+                "report.html": report_html.render_html(summary, markdown, self._images(host_dir, plots, check),
+                                                       report.PLOT_TITLES),
             }
             if summary.get("adaptive_config"):
                 outputs["adaptive-config.json"] = report.adaptive_config_json(summary["adaptive_config"])
@@ -234,7 +240,8 @@ class ActionModule(ActionBase):
         index = None
         if args["index"]:
             index = fleet_index.build_index(run_id, summaries, absent)
-            for name, text in (("index.json", report.dump_json(index)), ("index.md", fleet_index.render_index_md(index))):
+            for name, text in (("index.json", report.dump_json(index)), ("index.md", fleet_index.render_index_md(index)),
+                               ("index.html", report_html.render_index_html(index))):
                 path = os.path.join(run_dir, name)
                 if not check and report.write_if_changed(path, text):
                     changed_files.append(path)
@@ -244,12 +251,16 @@ class ActionModule(ActionBase):
         for host, summary in summaries.items():
             entry = compact(summary)
             entry["report"] = os.path.join(run_dir, host, "report.md")
+            entry["report_html"] = os.path.join(run_dir, host, "report.html")
+            entry["verdict"] = verdict_line(summary)
             compact_hosts[host] = entry
         incomplete = sorted([h for h, s in summaries.items() if not s["complete"]] + list(absent))
         result.update(
             changed=bool(changed_files) if not check else bool(files),
             changed_files=changed_files,
             hosts=compact_hosts,
+            reports={host: {"html": h["report_html"], "md": h["report"], "verdict": h["verdict"]}
+                     for host, h in compact_hosts.items()},
             summaries=summaries,
             index=index,
             files=files,
@@ -271,6 +282,18 @@ class ActionModule(ActionBase):
             + (f"; incomplete: {', '.join(incomplete)}" if incomplete else "")
         )
         return result
+
+    @staticmethod
+    def _images(host_dir: str, plots: dict, check: bool) -> dict:
+        """The plots just written, as bytes for report.html (none in check mode: nothing was drawn)."""
+        images = {}
+        for kind, name in ({} if check else plots).items():
+            try:
+                with open(os.path.join(host_dir, name), "rb") as fh:
+                    images[kind] = fh.read()
+            except OSError:
+                continue
+        return images
 
     def _plan_launches(self, result: dict, args: dict, warnings: list[str]) -> dict:
         """How many launches per mode this run makes on one host (compare_launches): a number as given; ``auto``,

@@ -25,9 +25,13 @@ description:
     levels not measured at both ends.
   - Confounders first in the report (capacity settings that differ, a running-request cap reached, the client
     saturated, GPUs not clean, levels with errors, modes that failed).
-  - Writes, per host, C(summary.json), C(summary.csv), C(report.md), C(adaptive-config.json), C(throughput.png),
-    C(per-stream.png), C(speedup.png) (matplotlib, Agg), C(compare-run.json) (what the run recorded about each
-    mode, so a later re-render keeps it); and for the run C(index.json) and C(index.md) across hosts.
+  - Writes, per host, C(summary.json), C(summary.csv), C(report.md), C(report.html), C(adaptive-config.json),
+    C(throughput.png), C(per-stream.png), C(speedup.png), C(latency.png), C(speedup-terms.png) (matplotlib, Agg),
+    C(compare-run.json) (what the run recorded about each mode, so a later re-render keeps it); and for the run
+    C(index.json), C(index.md) and C(index.html) across hosts.
+  - C(report.html) is report.md as one self-contained page (Jinja2, autoescaped), verdict and recommendation
+    first, the plots inline as PNG data URIs, no script and nothing fetched, so it opens offline (an AWX artifact,
+    an e-mail); C(index.html) links each host's C(report.html).
   - Runs entirely on the controller (an action plugin); it never connects to a host and never changes a results
     file the benchmark wrote.
 author:
@@ -78,7 +82,7 @@ options:
     type: int
     default: 100
   index:
-    description: Write the fleet index C(index.json) and C(index.md) for the run.
+    description: Write the fleet index C(index.json), C(index.md) and C(index.html) for the run.
     type: bool
     default: true
   output_match_min:
@@ -230,7 +234,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hosts:
-  description: Per host, the compact summary (the full one is in summary.json).
+  description:
+    - Per host, the compact summary (the full one is in summary.json), with C(report) and C(report_html) (the paths
+      of report.md and report.html) and C(verdict) (one line - the host, INCOMPLETE where it is, the verdict's kind
+      and the recommendation).
   returned: always
   type: dict
   sample:
@@ -251,7 +258,22 @@ hosts:
       adaptive_config: {"1": {"candidate_steps": [1, 3, 5, 7]}, "2": {"candidate_steps": [0]}}
       confounders: 0
       levels: [{concurrency: 1, speedup: 1.04, speedup_ci95: [1.02, 1.06], verdict: pays}]
-      report: gpu-node-1/report.md
+      report: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.md
+      report_html: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.html
+      verdict: "gpu-node-1: crosses: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without
+        speculation."
+reports:
+  description:
+    - Per host, where its reports are and what they conclude - C(html) (report.html, self-contained), C(md)
+      (report.md) and C(verdict) (the one line of I(hosts)); what the compare role hands AWX through set_stats.
+  returned: always
+  type: dict
+  sample:
+    gpu-node-1:
+      html: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.html
+      md: /srv/specbench/results/20260227T182500Z/gpu-node-1/report.md
+      verdict: "gpu-node-1: crosses: Speculate (eagle3) below concurrency 2; from 2 concurrent requests run without
+        speculation."
 summaries:
   description: Per host, the full summary as written to summary.json.
   returned: always

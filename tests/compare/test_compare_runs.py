@@ -7,6 +7,7 @@ Two runs, each shared by the tests below it:
   the emulator's default profile (the seeds' Kimi-K2.5 node, crossover near C=1.3), one on the
   second profile (Llama-3.1-8B on an H100, crossover near C=50). Each host's crossover must match
   the emulator's analytic model within one level.
+  The browser test opens its report.html files in headless Chromium (report_browser).
 * ``fault_run`` (started beside the accuracy run: it mostly waits): a fleet where every host has
   its own fault: eagle3 fails to start (its draft does not fit the shared memory fraction), the
   server crashes mid-sweep, the teardown cannot clean (a GPU holder it must not kill), and a host
@@ -20,7 +21,9 @@ import math
 from pathlib import Path
 
 import compare_kit
+import markupsafe
 import pytest
+import report_browser
 from compare_kit import KIMI, KIMI_LEVELS, LLAMA, LLAMA_LEVELS, RUN_TIMEOUT_S, node_vars, not_kept_up, run_playbook
 from compare_synth import truth_crossover
 from specbench_testkit import free_port, inventory, kill_node_servers, shared_run, start_shared_run
@@ -131,6 +134,45 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     assert (run_dir / "index.md").is_file()
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Chromium, installed where it is missing and can be (report_browser.ensure_chromium); the tests
+    that need it skip, saying why, only where it cannot be (a skip CI refuses: .ci/run installs it).
+    Session-scoped, so it is settled before the runs the tests read."""
+    found, why = report_browser.ensure_chromium()
+    if not found:
+        pytest.skip(why)
+    return found
+
+
+def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(browser, accuracy_run):
+    """Each host's report.html and the run's index.html in headless Chromium: no console message,
+    every plot shown from its inline data, no empty section, the index's links to each report
+    resolve. The screenshots stay in tests/.tmp/report-html/ (printed)."""
+    _unused1, run_dir, _unused2 = accuracy_run
+    shots = []
+    for host in ("kimi", "llama"):
+        page = run_dir / host / "report.html"
+        found = report_browser.check_page(page, report_browser.ARTIFACTS / f"check-{host}")
+        assert not found["console"], found["console"]
+        assert not found["problems"], found["problems"]
+        plots = summary(run_dir, host)["files"]["plots"]
+        assert len(found["images"]) == len(plots) >= 5, (found["images"], plots)  # the latency and terms plots too
+        assert found["sections"][:3] == ["verdict-first", "verdict", "plots"], found["sections"]
+        assert found["sections"][3].startswith("confounders-"), found["sections"]
+        assert any(s.endswith("-against-baseline-per-level") for s in found["sections"]), found["sections"]
+        text = page.read_text()
+        assert '<blockquote class="emulated">' in text and "<script" not in text
+        assert str(markupsafe.escape(summary(run_dir, host)["recommendation"])) in text
+        shots.append(report_browser.screenshot(page, report_browser.ARTIFACTS / f"{host}-report.png", found["height"]))
+    index = report_browser.check_page(run_dir / "index.html", report_browser.ARTIFACTS / "check-index")
+    assert not index["console"] and not index["problems"], index
+    reports = [link for link in index["links"] if link.endswith("report.html")]
+    assert sorted(reports) == ["kimi/report.html", "llama/report.html"]
+    assert all((run_dir / link).is_file() for link in index["links"]), index["links"]
+    print("report.html screenshots:", *shots)
+
+
 def test_every_mode_gave_the_baselines_exact_outputs_and_the_gain_is_weighed_by_the_traffic(accuracy_run):
     """The output match ran before each mode's sweep (8 prompts at C=1, temperature 0, chat API, token ids from
     return_token_ids) and the emulator, like greedy verification, gave every mode the baseline's tokens. The
@@ -157,6 +199,13 @@ def test_set_stats_carries_the_summary_for_awx(accuracy_run):
     for host in ("kimi", "llama"):
         assert stats["hosts"][host]["crossover_concurrency"] == summary(run_dir, host)["crossover_concurrency"]
         assert stats["hosts"][host]["recommendation"].startswith(("Speculate", "Do not"))
+        # Where a workflow's next node (or a person reading the job's artifacts) finds each report.
+        report = stats["reports"][host]
+        assert Path(report["html"]).samefile(run_dir / host / "report.html")
+        assert Path(report["md"]).samefile(run_dir / host / "report.md")
+        assert report["verdict"] == f"{host}: {summary(run_dir, host)['crossover_status'].replace('_', ' ')}: " \
+            f"{stats['hosts'][host]['recommendation']}"
+    assert Path(stats["index_html"]).samefile(run_dir / "index.html")
     # ansible-runner keeps the stats event among the run's artifacts, as AWX does.
     saved = [json.loads(p.read_text()) for p in (run.pdd / "artifacts").glob("*/job_events/*.json")]
     (stats_event,) = [e for e in saved if e.get("event") == "playbook_on_stats"]
@@ -258,6 +307,26 @@ def test_a_server_that_fails_to_start_leaves_the_other_modes_results_and_an_inco
     assert (run_dir / "faulty" / "ngram.json").is_file()
     report = (run_dir / "faulty" / "report.md").read_text()
     assert report.index("**INCOMPLETE**") < report.index("## Confounders")
+
+
+def test_an_incomplete_hosts_html_report_opens_whole_and_says_so_first(browser, fault_run):
+    """The fault fleet's pages in Chromium (compare_plots: false there): INCOMPLETE above the verdict,
+    the failed and crashed levels as they are, no empty section, no plots section without plots; the
+    index links every host's report, the unreachable one's included (it says what was not measured)."""
+    _unused1, run_dir = fault_run
+    page = run_dir / "faulty" / "report.html"
+    found = report_browser.check_page(page, report_browser.ARTIFACTS / "check-faulty")
+    assert not found["console"] and not found["problems"] and not found["images"], found
+    assert "plots" not in found["sections"] and found["sections"][:2] == ["verdict-first", "verdict"], found["sections"]
+    text = page.read_text()
+    assert text.index('<blockquote class="incomplete">') < text.index('class="card incomplete"')
+    verdicts = {lv["verdict"] for lv in summary(run_dir, "faulty")["comparisons"]["ngram"]["levels"]}
+    assert all(f'v-{v}">{v}</td>' in text for v in verdicts), verdicts
+    index = report_browser.check_page(run_dir / "index.html", report_browser.ARTIFACTS / "check-faults-index")
+    assert not index["console"] and not index["problems"], index
+    assert sorted(link for link in index["links"] if link.endswith(".html")) == [
+        f"{host}/report.html" for host in sorted(FAULT_HOSTS)]
+    assert all((run_dir / link).is_file() for link in index["links"])
 
 
 def test_a_crash_mid_sweep_keeps_the_levels_measured_before_it(fault_run):

@@ -38,7 +38,7 @@ def test_report_re_renders_every_host_keeps_recorded_failures_and_never_touches_
     run = run_playbook(tmp_path, "playbooks/report.yml", extravars={"run_id": "run-1", "results_dir": str(results)})
     assert run.rc == 0, run.stdout
     for folder in (a, b):
-        for name in ("summary.json", "summary.csv", "report.md", "throughput.png", "per-stream.png"):
+        for name in ("summary.json", "summary.csv", "report.md", "report.html", "throughput.png", "per-stream.png"):
             assert (folder / name).is_file(), name
     for host, old in before.items():
         new = digest(results / "run-1" / host)
@@ -50,6 +50,7 @@ def test_report_re_renders_every_host_keeps_recorded_failures_and_never_touches_
     assert summary_b["status"] == "incomplete"
     assert "eagle3: failed: launch of eagle3: Not enough memory" in summary_b["incomplete_reasons"]
     assert "ngram" not in summary_b["modes"]  # the saved run compared baseline and eagle3 only
+    assert 'href="node-b/report.html"' in (results / "run-1" / "index.html").read_text()
     index = json.loads((results / "run-1" / "index.json").read_text())
     assert set(index["hosts"]) == {"node-a", "node-b"} and index["hosts_complete"] == 1
     stats = run.artifact_stats()["specbench_compare"]

@@ -20,6 +20,7 @@ def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] 
     for host, summary in sorted(summaries.items()):
         entry = compact(summary)
         entry["report"] = f"{host}/report.md"
+        entry["report_html"] = f"{host}/report.html"
         entry["summary"] = f"{host}/summary.json"
         hosts[host] = entry
     for host, why in sorted((absent or {}).items()):
@@ -46,6 +47,38 @@ def regions_words(regs) -> str:
     return ", ".join(words) or "-"
 
 
+def host_row(h: dict) -> dict:
+    """One host's cells in the fleet index (index.md's table row, index.html's), plain text."""
+    ci = h.get("crossover_ci95")
+    ci_text = "-" if not ci else f"{ci[0]:g} to {ci[1]:g}" if None not in ci else \
+        f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to {fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
+    cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else "-"
+    ranges = h.get("speculate_ranges") or []
+    where = ", ".join(f"{a}+" if not b else f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in ranges) or "nowhere"
+    return {"status": h.get("status"), "verdict": (h.get("crossover_status") or "-").replace("_", " "),
+            "regions": regions_words(h.get("regions")), "crossover": cross, "interval": ci_text, "where": where,
+            "confounders": h.get("confounders", 0)}
+
+
+def host_notes(h: dict) -> list[str]:
+    """What the index says under a host's recommendation: why it is incomplete, its outputs, its
+    traffic gain, its levels without evidence (plain text)."""
+    notes = [f"incomplete: {reason}" for reason in h.get("incomplete_reasons") or []]
+    for mode, m in (h.get("output_match") or {}).items():
+        share = "not checked" if m.get("share") is None else f"{100 * m['share']:.0f}% match the baseline's"
+        notes.append(f"outputs of {mode}: {share} ({(m.get('status') or '-').replace('_', ' ')})")
+    for mode, g in (h.get("traffic_gains") or {}).items():
+        gain = "unknown" if g.get("gain") is None else \
+            f"{g['gain']:.2f}x [{g['gain_ci95'][0]:.2f}, {g['gain_ci95'][1]:.2f}] ({g.get('verdict')})"
+        notes.append(f"on the traffic, {mode}: {gain}; {100 * (g.get('known_share') or 0):.0f}% of it known, "
+                     f"{100 * (g.get('outside_share') or 0):.0f}% outside the measured range")
+    saturated = h.get("saturated_levels") or []
+    if saturated:
+        at = ", ".join(f"{item['concurrency']:g}" for item in saturated)
+        notes.append(f"no evidence (saturated: C={at}): " + "; ".join(r for s in saturated for r in s["reasons"]))
+    return notes
+
+
 def render_index_md(index: dict) -> str:
     lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
     lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
@@ -54,33 +87,13 @@ def render_index_md(index: dict) -> str:
                  "confounders | report |")
     lines.append("|---|---|---|---|---:|---|---|---:|---|")
     for host, h in index["hosts"].items():
-        ci = h.get("crossover_ci95")
-        ci_text = "-" if not ci else f"{ci[0]:g} to {ci[1]:g}" if None not in ci else \
-            f"{fmt_conc(ci[0]) if ci[0] is not None else 'open'} to {fmt_conc(ci[1]) if ci[1] is not None else 'open'}"
-        cross = fmt_conc(h.get("crossover_concurrency")) if h.get("crossover_concurrency") is not None else "-"
-        ranges = h.get("speculate_ranges") or []
-        where = ", ".join(f"{a}+" if not b else f"{a}" if b == a + 1 else f"{a}-{b - 1}" for a, b in ranges) or "nowhere"
+        row = host_row(h)
         report = f"[report]({h['report']})" if h.get("report") else "-"
-        lines.append(f"| {host} | {h.get('status')} | {(h.get('crossover_status') or '-').replace('_', ' ')} | "
-                     f"{regions_words(h.get('regions'))} | {cross} | {ci_text} | {where} | {h.get('confounders', 0)} | "
-                     f"{report} |")
+        lines.append(f"| {host} | {row['status']} | {row['verdict']} | {row['regions']} | {row['crossover']} | "
+                     f"{row['interval']} | {row['where']} | {row['confounders']} | {report} |")
     lines.append("")
     for host, h in index["hosts"].items():
         lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
-        for reason in h.get("incomplete_reasons") or []:
-            lines.append(f"  - incomplete: {_md(reason)}")
-        for mode, m in (h.get("output_match") or {}).items():
-            share = "not checked" if m.get("share") is None else f"{100 * m['share']:.0f}% match the baseline's"
-            lines.append(f"  - outputs of {mode}: {share} ({(m.get('status') or '-').replace('_', ' ')})")
-        for mode, g in (h.get("traffic_gains") or {}).items():
-            gain = "unknown" if g.get("gain") is None else \
-                f"{g['gain']:.2f}x [{g['gain_ci95'][0]:.2f}, {g['gain_ci95'][1]:.2f}] ({g.get('verdict')})"
-            lines.append(f"  - on the traffic, {mode}: {gain}; {100 * (g.get('known_share') or 0):.0f}% of it known, "
-                         f"{100 * (g.get('outside_share') or 0):.0f}% outside the measured range")
-        saturated = h.get("saturated_levels") or []
-        if saturated:
-            at = ", ".join(f"{item['concurrency']:g}" for item in saturated)
-            lines.append(f"  - no evidence (saturated: C={at}): "
-                         + _md("; ".join(r for s in saturated for r in s["reasons"])))
+        lines.extend(f"  - {_md(note)}" for note in host_notes(h))
     lines.append("")
     return "\n".join(lines)

@@ -26,7 +26,9 @@ from ansible_collections.specbench.core.plugins.module_utils.report.breakdown im
 )
 from ansible_collections.specbench.core.plugins.module_utils.report.sections import (
     _md,
+    gpu_words,
     output_match_lines,
+    provenance_lines,
     traffic_lines,
 )
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
@@ -42,7 +44,16 @@ PLOTS = {
     "throughput": "throughput.png",
     "per_stream": "per-stream.png",
     "speedup": "speedup.png",
+    "latency": "latency.png",
     "terms": TERMS_PLOT,
+}
+# Each plot's title, in report.md's image and report.html's figure.
+PLOT_TITLES = {
+    "throughput": "Output throughput",
+    "per_stream": "Per-stream decode speed",
+    "speedup": "Speedup",
+    "latency": "Latency (TTFT p50 and TPOT)",
+    "terms": "Accept length and step-time ratio",
 }
 CSV_COLUMNS = (
     "host",
@@ -247,10 +258,8 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if plots:
         lines.append("## Plots")
         lines.append("")
-        titles = {"throughput": "Output throughput", "per_stream": "Per-stream decode speed", "speedup": "Speedup",
-                  "terms": "Accept length and step-time ratio"}
         for key, name in plots.items():
-            lines.append(f"![{titles.get(key, key)}]({name})")
+            lines.append(f"![{PLOT_TITLES.get(key, key)}]({name})")
             lines.append("")
     lines.extend(prompt_set_lines(summary))
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
@@ -317,7 +326,10 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
             lines.append(f"- `{mode}` ({info.get('engine') or 'engine not recorded'}, version "
                          f"{info.get('version') or 'unknown'}, running cap {info.get('running_cap') or 'unknown'}): "
                          f"`{_md(cmd_text)}`")
+            if info.get("gpu"):
+                lines.append(f"  - GPUs: {_md(gpu_words(info['gpu']))}")
         lines.append("")
+    lines.extend(provenance_lines(summary))
     lines.append("## Method")
     lines.append("")
     method = summary.get("method") or {}
@@ -568,15 +580,23 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
     comps = summary.get("comparisons") or {}
     if comps:
         fig, ax = plt.subplots(figsize=(7.5, 4.0))
-        for spec_mode, comp in comps.items():
-            pts = [
-                {"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
-                for lv in comp.get("levels") or []
-            ]
+        for i, (spec_mode, comp) in enumerate(comps.items()):
+            color = f"C{i}"
+            levels_of = comp.get("levels") or []
+            # The family-wise interval (all levels at once) decides the verdict: drawn wide and pale
+            # behind the level's own 95% interval, which decides nothing.
+            family = [{"concurrency": lv["concurrency"], "speedup": lv["speedup"],
+                       "speedup_ci95": lv.get("speedup_ci_family")} for lv in levels_of if lv.get("speedup_ci_family")]
+            xs, ys, lo, hi = _series_xy(family, "speedup")
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], fmt="none", ecolor=color, alpha=0.3, elinewidth=7, capsize=0,
+                            label=f"{spec_mode}: family-wise interval (decides the verdict)")
+            pts = [{"concurrency": lv["concurrency"], "speedup": lv["speedup"], "speedup_ci95": lv["speedup_ci95"]}
+                   for lv in levels_of]
             xs, ys, lo, hi = _series_xy(pts, "speedup")
             if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4,
-                            label=f"{spec_mode} / {summary.get('baseline_mode')}")
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, color=color,
+                            label=f"{spec_mode} / {summary.get('baseline_mode')}, 95% for the level alone")
         ax.axhline(1.0, color="black", linewidth=0.8)
         _mark_crossover(ax, summary, xmin, xmax)
         ax.set_ylabel("speedup (throughput ratio)")
@@ -584,7 +604,42 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
         _finish_axes(ax, levels)
         fig.tight_layout()
         save("speedup", fig)
+        fig = _latency_plot(plt, summary, levels)
+        if fig is not None:
+            save("latency", fig)
         fig = render_terms_plot(plt, summary, _finish_axes, levels)
         if fig is not None:
             save("terms", fig)
     return written
+
+
+def _latency_plot(plt, summary: dict, levels: list):
+    """TTFT p50 and TPOT of every mode against concurrency (two axes), from the comparisons'
+    levels; None when no level has either."""
+    base = summary.get("baseline_mode")
+    by_mode: dict = {}
+    for spec_mode, comp in (summary.get("comparisons") or {}).items():
+        for lv in comp.get("levels") or []:
+            for mode in (base, spec_mode):
+                fig_of = lv.get(mode) or {}
+                by_mode.setdefault(mode, {})[lv["concurrency"]] = (fig_of.get("ttft_ms_p50"), fig_of.get("tpot_ms"))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    drawn = False
+    for mode, points in by_mode.items():
+        for ax, i in ((ax1, 0), (ax2, 1)):
+            pts = sorted((c, v[i]) for c, v in points.items() if v[i] is not None and v[i] > 0)
+            if pts:
+                drawn = True
+                ax.plot([c for c, _v in pts], [v for _c, v in pts], marker="o", markersize=4, label=mode)
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax1.set_ylabel("TTFT p50 (ms)")
+    ax2.set_ylabel("TPOT (ms per output token)")
+    ax1.set_title("Time to first token", fontsize=10)
+    ax2.set_title("Time per output token", fontsize=10)
+    for ax in (ax1, ax2):
+        _finish_axes(ax, levels)
+    fig.suptitle(f"Latency: {summary.get('host')} (lower is better)", fontsize=10)
+    fig.tight_layout()
+    return fig

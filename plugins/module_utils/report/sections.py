@@ -1,6 +1,7 @@
 # Copyright: specbench developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""report.md's sections on the outputs under speculation and on the traffic-weighted gain.
+"""report.md's sections on the outputs under speculation, the traffic-weighted gain and where the
+figures come from (also the one-line verdict).
 
 Rendered from summary.json's ``output_match`` and ``traffic`` (specbench_compare's
 ``output_match.py`` and ``traffic.py``); ``specbench_report.render_markdown`` places them after
@@ -8,6 +9,8 @@ the verdict, and ``specbench_index`` the one-line forms.
 """
 
 from __future__ import annotations
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.labels import emulated_banner
 
 
 def _md(text) -> str:
@@ -75,3 +78,60 @@ def traffic_lines(summary: dict) -> list[str]:
                  "expected from the run, not measured: serve.yml's proof measures it.")
     lines.append("")
     return lines
+
+
+REAL_GPU_BACKENDS = ("nvml", "nvidia-smi")
+
+
+def gpu_words(gpu: dict) -> str:
+    """A mode's GPU facts (summary ``servers.<mode>.gpu``) in words: '8 x NVIDIA H100 80GB HBM3;
+    driver 550.54.15; read through nvml'."""
+    names = gpu.get("gpus") or []
+    counts: dict = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    listed = ", ".join(f"{n} x {name}" for name, n in counts.items()) or "none listed"
+    backend = gpu.get("backend")
+    how = "emulated (the emulator's device folder)" if backend == "emulated" else f"read through {backend}"
+    driver = f"; driver {gpu['driver_version']}" if gpu.get("driver_version") else ""
+    return f"{listed}{driver}; {how}"
+
+
+def figure_source(info: dict) -> str:
+    """Where one mode's measured figures come from: emulated, a real engine on real GPUs, or a real
+    engine without a GPU record (summary ``servers.<mode>``)."""
+    emulated = bool(emulated_banner({"mode": info}))
+    gpu = info.get("gpu") or {}
+    engine = info.get("engine") or "engine not recorded"
+    if emulated:
+        return "emulated: the specbench emulator's performance model of the node, not a measurement of it"
+    if gpu.get("backend") in REAL_GPU_BACKENDS:
+        return (f"measured: a real engine ({engine} {info.get('version') or 'version unknown'}) on real GPUs: "
+                f"{gpu_words(gpu)}")
+    return (f"measured: a real engine ({engine} {info.get('version') or 'version unknown'}); no GPU was recorded "
+            "(a CPU build, or a results file from before the GPU record)")
+
+
+def provenance_lines(summary: dict) -> list[str]:
+    """## Where the figures come from: each mode's measurements (emulated or a real engine, on real
+    GPUs or not) and what specbench computed from them."""
+    servers = summary.get("servers") or {}
+    if not servers:
+        return []
+    lines = ["## Where the figures come from", ""]
+    for mode, info in servers.items():
+        lines.append(f"- `{mode}`'s throughput, latencies and accept lengths: {_md(figure_source(info or {}))}.")
+    lines.append("- Computed by specbench from those figures, nothing measured again: every speedup and its "
+                 "intervals, the verdicts, regions, crossover and bracket, the recommendation"
+                 + (", the adaptive table" if summary.get("adaptive_table") else "")
+                 + (", the traffic gain" if summary.get("traffic") else "") + " and the plots.")
+    lines.append("")
+    return lines
+
+
+def verdict_line(summary: dict) -> str:
+    """One line for a host: its status, the verdict's kind and the recommendation (AWX's set_stats,
+    the playbook's last message)."""
+    status = "" if summary.get("complete") else "INCOMPLETE: "
+    kind = (summary.get("crossover_status") or "unknown").replace("_", " ")
+    return f"{summary.get('host')}: {status}{kind}: {summary.get('recommendation')}"

@@ -36,7 +36,7 @@ returns plain dicts (summary.json). Callers import from this package only
 from __future__ import annotations
 
 from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, fmt_conc
-from .confounders import capacity_settings, confounders, gpu_checks, outcome_error, running_cap
+from .confounders import capacity_settings, confounders, gpu_checks, gpu_facts, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
 from .intervals import borrow_ci, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD, relaunch_levels
@@ -127,7 +127,7 @@ __all__ = [
     "ADD_LEVELS_RATIO", "ARGUMENT_SPEC", "BASELINE", "BORROWED_NOTE", "CI_METHOD", "CROSSOVER_METHOD", "FAILED",
     "LOSES", "PAYS", "POOLED_METHOD", "SATURATED", "SCHEMA", "SGLANG_DEFAULT_ADAPTIVE", "STARTS", "STOPS", "UNCLEAR",
     "adaptive_table", "adaptive_table_for", "borrow_ci", "capacity_settings", "compact", "compare_pair",
-    "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "interpolated_crossing", "level_failure",
+    "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "gpu_facts", "interpolated_crossing", "level_failure",
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
     "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",

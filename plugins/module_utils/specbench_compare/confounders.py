@@ -52,6 +52,21 @@ def _server_info(result: dict) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def gpu_facts(result: dict) -> dict | None:
+    """The node's GPUs as a mode's results file recorded them (``gpu.before``, the teardown's read
+    before the launch, else ``gpu.after`` where that listed none: an emulated node's device folder
+    is made by its first launch): ``{backend, driver_version, gpus: [name per GPU]}``, or None when
+    the file has no GPU record. ``backend`` says how they were read: ``nvml`` or ``nvidia-smi``
+    (real GPUs), ``emulated`` (the emulator's device folder)."""
+    gpu = result.get("gpu") if isinstance(result.get("gpu"), dict) else {}
+    reads = [gpu.get(k) for k in ("before", "after") if isinstance(gpu.get(k), dict) and gpu[k].get("backend")]
+    if not reads:
+        return None
+    read = next((r for r in reads if r.get("gpus")), reads[0])
+    gpus = [g.get("name") or "unnamed GPU" for g in read.get("gpus") or [] if isinstance(g, dict)]
+    return {"backend": read.get("backend"), "driver_version": read.get("driver_version"), "gpus": gpus}
+
+
 def capacity_settings(result: dict) -> dict:
     """Capacity settings of a mode's server: what the launch role rendered (``server.settings``),
     overridden by what the server itself reports (``server.server_info``, SGLang's resolved

@@ -16,7 +16,7 @@ from .breakdown import (
     speedup_terms,
 )
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
-from .confounders import _server, _server_info, capacity_settings, confounders, outcome_error, running_cap
+from .confounders import _server, _server_info, capacity_settings, confounders, gpu_facts, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
 from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD, estimate, floor_text, pooled_ci, widen
@@ -427,6 +427,7 @@ def summarize_host(
             "capacity": capacity_settings(results[m]),
             "speculative_config": _server(results[m]).get("speculative_config") or None,
             "running_cap": running_cap(results[m]),
+            "gpu": gpu_facts(results[m]),
         }
         for m in modes
         if m in results
