@@ -13,7 +13,22 @@ truth. The noise model is that of a real node, in the terms docs/explanation/dec
 * ``compare_launches`` launches per mode, pooled by ``pool_runs`` as compare_results does.
 
 Scenarios (each prints its replication count; a rate p over n runs has a standard error of
-sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000):
+sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000). The first four run the whole default design as compare.yml
+does (tests/compare/design_sim.py: planned launches, the floor's prior, sequential rounds, every look at its
+share of the error rate):
+
+  power      power curves: a true speedup 1.00-1.30 at every level, launch sd 1-5%, the default design against
+             its planned launches alone (fixed), first and later runs; one machine-readable line per cell:
+             ``power speedup=1.10 launch_sd=0.03 design=default run=first window=0.020 pays=... loses=...
+             runs=... mean_launches=... mean_time_x=...`` (time over the old fixed grid's, a launch costing
+             LOAD_LEVELS levels' time)
+  sequential a true tie through the default design, launch effects shared by a launch's levels (rho 1), half
+             (0.5) or each level's own (0), launch sd 0-8%, first and later runs: runs with any claim at any
+             level and look, each level's 95% and family-wise coverage
+  drift      the same under a slow node drift (5%, correlation time 20-60 request durations, windows of
+             50-400 over the run's own clock), the windows' intervals blind to it
+  embedded   the embedded default's profile (the emulator's own model of the seeds' node): a first run's
+             share that reads loses at every level from C=5
 
   tie        speedup exactly 1.00 at the seeds' 8 levels: share of runs with any claim (a level that
              pays or loses, a crossing, a speculation range), at +-2% and +-25% per level
@@ -37,7 +52,8 @@ sqrt(p (1 - p) / n): 0.7% at p = 5%, n = 1000):
              interval), the coverage of the unwarned ones, the median half-width against the rule
              before (batches and warning from Geyer's estimate alone); truth = the loop's long-run rate
 
-Run: .venv/bin/python benchmarks/decision_coverage.py [--runs 1000] [--only tie,launch,...]
+Run: .venv/bin/python benchmarks/decision_coverage.py [--runs 1000] [--only power,sequential,tie,launch,...]
+(the default-design scenarios take about 1 s per 10 runs per cell on 2 cores: --runs 400 for them)
 """
 
 from __future__ import annotations
