@@ -29,6 +29,8 @@ share of the error rate):
              50-400 over the run's own clock), the windows' intervals blind to it
   embedded   the embedded default's profile (the emulator's own model of the seeds' node): a first run's
              share that reads loses at every level from C=5
+  fleet      one verdict per kind of node from 2, 4 and 8 nodes (fleet.fleet_kinds): a tie's claims, coverage,
+             power at 1.10x, node-to-node sd 0 and 5%
 
   tie        speedup exactly 1.00 at the seeds' 8 levels: share of runs with any claim (a level that
              pays or loses, a crossing, a speculation range), at +-2% and +-25% per level
@@ -85,6 +87,7 @@ from design_sim import (  # noqa: E402
     design_run,
     earlier_parts,
     fixed_grid_cost,
+    fleet_run,
     tie_cell,
 )
 
@@ -599,11 +602,39 @@ def scen_embedded(runs: int, rng: random.Random) -> None:
                   f"{launches / n:.1f}, time {cost / n:.2f}x the fixed grid", flush=True)
 
 
+def scen_fleet(runs: int, rng: random.Random) -> None:
+    print("== fleet: one verdict for a kind of node from 2, 4 or 8 nodes (each its first run's planned launches, "
+          "A B B A; fleet.fleet_kinds pools every node's launches), node-to-node sd 0-5% (a node's speed moves both "
+          "modes), launch sd 2%, +-2% windows, the seeds' 8 levels: a true tie's claims (target <= 5%), each level's "
+          "95% interval's coverage (target >= 90%), a true 1.10x read pays at C=1 and at every level")
+    n = max(1, runs)
+    for nodes in (2, 4, 8):
+        for node_sd in (0.0, 0.05):
+            hit = cover = total = 0
+            for _ in range(n):
+                kind = fleet_run(rng, dict.fromkeys(SEED_LEVELS, 1.0), nodes, node_sd, 0.02)
+                hit += any(lv["verdict"] in CLAIMS for lv in kind["levels"])
+                for lv in kind["levels"]:
+                    ci = lv.get("speedup_ci95")
+                    total += 1
+                    cover += bool(ci) and ci[0] <= 1.0 <= ci[1]
+            pays1 = every = 0
+            m = max(1, n // 2)
+            for _ in range(m):
+                kind = fleet_run(rng, dict.fromkeys(SEED_LEVELS, 1.10), nodes, node_sd, 0.02)
+                pays1 += kind["levels"][0]["verdict"] == "pays"
+                every += all(lv["verdict"] == "pays" for lv in kind["levels"])
+            print(f"  {nodes} nodes, node sd {100 * node_sd:.0f}%: tie claims {rate(hit, n)}; per-level 95% covers "
+                  f"{rate(cover, total)}; 1.10x pays at C=1 {rate(pays1, m)}, at every level {rate(every, m)}",
+                  flush=True)
+
+
 SCENARIOS = {
     "power": scen_power,
     "sequential": scen_sequential,
     "drift": scen_drift,
     "embedded": scen_embedded,
+    "fleet": scen_fleet,
     "tie": scen_tie,
     "launch": scen_launch,
     "floor": scen_floor,

@@ -27,6 +27,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     check_minimum,
     check_traffic_input,
     compact,
+    fleet_kinds,
     launch_estimate,
     launch_floor_file,
     launch_floor_from,
@@ -129,6 +130,7 @@ class ActionModule(ActionBase):
         summaries: dict = {}
         refine_plans: dict = {}
         sequential_plans: dict = {}
+        fleet_hosts: dict = {}
         absent: dict = {}
         for host in hosts:
             host_dir = os.path.join(run_dir, host)
@@ -234,12 +236,14 @@ class ActionModule(ActionBase):
                 files.append(path)
             files.extend(os.path.join(host_dir, name) for name in plots.values())
             summaries[host] = summary
+            fleet_hosts[host] = {"results": host_results, "comparisons": summary.get("comparisons") or {},
+                                 "modes": list(modes), "complete": bool(summary.get("complete"))}
             if args["refine"]:
                 refine_plans[host] = self._refine(summary, args["refine"], host_results)
 
         index = None
         if args["index"]:
-            index = fleet_index.build_index(run_id, summaries, absent)
+            index = fleet_index.build_index(run_id, summaries, absent, fleet_kinds(fleet_hosts, baseline))
             for name, text in (("index.json", report.dump_json(index)), ("index.md", fleet_index.render_index_md(index)),
                                ("index.html", report_html.render_index_html(index))):
                 path = os.path.join(run_dir, name)

@@ -173,3 +173,33 @@ def tie_cell(rng: random.Random, n: int, which: str, **kw) -> tuple[int, int, in
     return any_claim, cover, total, fam, fam_total
 
 
+
+
+def fleet_run(rng: random.Random, speedups: dict, nodes: int, node_sd: float, launch_sd: float,
+              half: float = 0.02) -> dict:
+    """A compare run on ``nodes`` nodes of one kind, each its planned first-run launches (A B B A, the second at
+    the floor's relaunch levels) read with the floor it measures, each node's speed its own (relative sd
+    ``node_sd``, moving both modes alike) and its speedup its own too (the same sd, half of it: a node's clocks
+    and topology change what speculation buys), one verdict for the kind (fleet.fleet_kinds). Returns it."""
+    levels = sorted(speedups)
+    again = cmp.relaunch_levels(levels, 2)
+    hosts = {}
+    for n in range(nodes):
+        node = math.exp(rng.gauss(0.0, node_sd)) if node_sd else 1.0
+        own = math.exp(rng.gauss(0.0, node_sd / 2.0)) if node_sd else 1.0
+        truth = {"baseline": {c: base_curve(c) * node for c in levels}}
+        truth["eagle3"] = {c: base_curve(c) * node * own * speedups[c] for c in levels}
+        runs: dict = {"baseline": [], "eagle3": []}
+        for k in range(2):
+            for mode in (("baseline", "eagle3") if k == 0 else ("eagle3", "baseline")):
+                at = levels if k == 0 else again
+                runs[mode].append((f"launch{k + 1}", one_launch(rng, mode, truth[mode], at, half, launch_sd, 1.0)))
+        pooled = {m: cmp.pool_runs(r) for m, r in runs.items()}
+        part = cmp.launch_estimate(pooled)
+        part["measured_at"] = NOW
+        floor = cmp.launch_floor_from({"this": part}, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC),
+                                      prior_sd=PRIOR[0], prior_df=PRIOR[1])
+        comp = cmp.compare_pair(pooled["baseline"], pooled["eagle3"], "baseline", "eagle3", floor)
+        hosts[f"node{n}"] = {"results": pooled, "comparisons": {"eagle3": comp}, "modes": ["baseline", "eagle3"],
+                             "complete": True}
+    return cmp.fleet_kinds(hosts, "baseline")["kinds"][0]

@@ -18,7 +18,7 @@ import base64
 import re
 import struct
 
-from ansible_collections.specbench.core.plugins.module_utils.report.index import host_notes, host_row
+from ansible_collections.specbench.core.plugins.module_utils.report.index import host_notes, host_row, kind_rows
 from ansible_collections.specbench.core.plugins.module_utils.report.templates import STYLE, TEMPLATES
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
 
@@ -260,4 +260,5 @@ def render_index_html(index: dict) -> str:
     from markupsafe import Markup
 
     hosts = [(host, h, host_row(h), host_notes(h)) for host, h in index["hosts"].items()]
-    return _environment().get_template("index.html").render(index=index, hosts=hosts, style=Markup(STYLE))
+    return _environment().get_template("index.html").render(index=index, hosts=hosts, kinds=kind_rows(index),
+                                                            style=Markup(STYLE))

@@ -14,8 +14,10 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
 INDEX_SCHEMA = "specbench.compare-index/1"
 
 
-def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] | None = None) -> dict:
-    """index.json: one compact entry per host, plus the hosts that produced nothing."""
+def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] | None = None,
+                fleet: dict | None = None) -> dict:
+    """index.json: one compact entry per host, plus the hosts that produced nothing, and one verdict per kind of
+    node (``fleet``: specbench_compare.fleet_kinds) where two or more complete nodes are of one kind."""
     hosts = {}
     for host, summary in sorted(summaries.items()):
         entry = compact(summary)
@@ -35,6 +37,9 @@ def build_index(run_id: str, summaries: dict[str, dict], absent: dict[str, str] 
         "hosts_total": len(hosts),
         "hosts_complete": statuses.count("complete"),
         "hosts": hosts,
+        "kinds": (fleet or {}).get("kinds") or [],
+        "apart": (fleet or {}).get("apart") or {},
+        "kinds_method": (fleet or {}).get("method"),
     }
 
 
@@ -79,6 +84,26 @@ def host_notes(h: dict) -> list[str]:
     return notes
 
 
+def kind_rows(index: dict) -> list[dict]:
+    """One row per kind of node (index.md's and index.html's), plain text."""
+    rows = []
+    for n, kind in enumerate(index.get("kinds") or [], 1):
+        key = kind.get("key") or {}
+        what = ", ".join(str(v) for v in (key.get("model"), key.get("engine"), key.get("engine_version"),
+                                           f"{key.get('gpus')} x {key.get('gpu')}" if key.get("gpu") else None)
+                         if v)
+        levels = "; ".join(
+            f"C={lv['concurrency']} {lv['speedup']:.3f} [{lv['speedup_ci_family'][0]:.3f}, "
+            f"{lv['speedup_ci_family'][1]:.3f}] {lv['verdict']}"
+            if lv.get("speedup") is not None and lv.get("speedup_ci_family") else f"C={lv['concurrency']} {lv['verdict']}"
+            for lv in kind.get("levels") or [])
+        rows.append({"kind": f"kind {n}", "what": what or "-", "hosts": ", ".join(kind.get("hosts") or []),
+                     "verdict": (kind.get("crossover_status") or "-").replace("_", " "),
+                     "regions": regions_words(kind.get("regions")), "recommendation": kind.get("recommendation") or "-",
+                     "levels": levels or "-"})
+    return rows
+
+
 def render_index_md(index: dict) -> str:
     lines = [f"# Speculative decoding A/B: run `{index['run_id']}`", ""]
     lines.append(f"{index['hosts_complete']} of {index['hosts_total']} host(s) complete.")
@@ -96,4 +121,24 @@ def render_index_md(index: dict) -> str:
         lines.append(f"- **{host}**: {_md(h.get('recommendation'))}")
         lines.extend(f"  - {_md(note)}" for note in host_notes(h))
     lines.append("")
+    kinds = kind_rows(index)
+    if kinds or index.get("apart"):
+        lines.append("## One verdict per kind of node")
+        lines.append("")
+        lines.append(f"{_md(index.get('kinds_method') or '')}.")
+        lines.append("")
+    if kinds:
+        lines.append("| kind | nodes | verdict | regions | speedup per level [family-wise] |")
+        lines.append("|---|---|---|---|---|")
+        for row in kinds:
+            lines.append(f"| {row['kind']} ({_md(row['what'])}) | {_md(row['hosts'])} | {row['verdict']} | "
+                         f"{row['regions']} | {_md(row['levels'])} |")
+        lines.append("")
+        for row in kinds:
+            lines.append(f"- **{row['kind']}**: {_md(row['recommendation'])}")
+        lines.append("")
+    for host, why in (index.get("apart") or {}).items():
+        lines.append(f"- {host} is not pooled: {_md(why)}")
+    if index.get("apart"):
+        lines.append("")
     return "\n".join(lines)

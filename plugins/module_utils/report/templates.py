@@ -167,6 +167,26 @@ INDEX = """<!DOCTYPE html>
 {%- endfor %}
 </tbody></table></div>
 </section>
+{%- if kinds or index.apart %}
+<section id="kinds">
+<h2>One verdict per kind of node</h2>
+<p>{{ index.kinds_method }}.</p>
+{%- if kinds %}
+<div class="table-wrap"><table>
+<thead><tr><th>kind</th><th>nodes</th><th>verdict</th><th>regions</th><th>speedup per level [family-wise]</th>
+<th>recommendation</th></tr></thead>
+<tbody>
+{%- for row in kinds %}
+<tr><td>{{ row.kind }} ({{ row.what }})</td><td>{{ row.hosts }}</td><td>{{ row.verdict }}</td><td>{{ row.regions }}</td>
+<td>{{ row.levels }}</td><td>{{ row.recommendation }}</td></tr>
+{%- endfor %}
+</tbody></table></div>
+{%- endif %}
+{%- if index.apart %}<ul>
+{%- for host, why in index.apart.items() %}<li>{{ host }} is not pooled: {{ why }}</li>{% endfor %}
+</ul>{% endif %}
+</section>
+{%- endif %}
 <footer>Rendered by specbench.core from index.json, as index.md is. Each report opens offline; keep the
 host folders beside this file for the links.</footer>
 </body>

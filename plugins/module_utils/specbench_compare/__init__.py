@@ -22,6 +22,7 @@ returns plain dicts (summary.json). Callers import from this package only
   the intervals of later runs measured in one launch per mode;
 - ``refine``: the next refinement round;
 - ``sequential``: levels left unclear measured again in added launches, the error spent over the looks;
+- ``fleet``: one verdict per kind of node, the launches of every node of that kind pooled;
 - ``output_match``: each mode's greedy outputs held against the baseline's;
 - ``traffic``: the expected gain of a speedup series on a traffic mix; ``traffic_prometheus``:
   that mix read from Prometheus's running-requests history.
@@ -38,6 +39,7 @@ from __future__ import annotations
 from .common import ARGUMENT_SPEC, BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, fmt_conc
 from .confounders import capacity_settings, confounders, gpu_checks, gpu_facts, outcome_error, running_cap
 from .crossover import ADD_LEVELS_RATIO, CROSSOVER_METHOD, crossover, interpolated_crossing
+from .fleet import FLEET_METHOD, fleet_kinds, node_kind
 from .intervals import borrow_ci, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD, relaunch_levels
 from .launch_noise import estimate as launch_estimate
@@ -146,5 +148,5 @@ __all__ = [
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",
     "traffic_gains", "check_traffic_input", "resolve_traffic",
     "launch_floor_key", "launch_floor_text", "load_host_runs", "look_alphas", "merge_looks", "plan_round", "rounds_done",
-    "runs_at_look", "sequential_method_text",
+    "runs_at_look", "sequential_method_text", "FLEET_METHOD", "fleet_kinds", "node_kind",
 ]
