@@ -125,7 +125,8 @@ def render_index_md(index: dict) -> str:
     if kinds or index.get("apart"):
         lines.append("## One verdict per kind of node")
         lines.append("")
-        lines.append(f"{_md(index.get('kinds_method') or '')}.")
+        method = index.get("kinds_method") or ""
+        lines.append(f"{_md(method[:1].upper() + method[1:])}.")
         lines.append("")
     if kinds:
         lines.append("| kind | nodes | verdict | regions | speedup per level [family-wise] |")
