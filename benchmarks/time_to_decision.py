@@ -20,13 +20,15 @@ seconds, its ratio to the old fixed grid, its launches per mode and its verdicts
   fixed window): a level stops once its interval is narrow enough;
 * ``later``: the default again on ``first``'s node, which now has a floor: one launch per mode, then rounds.
 
-Beside the times, the coverage each design gets is quoted from benchmarks/decision_coverage.py (the
-cells ``launch``, ``floor2``, ``floor``; COMPUTED, 1000 runs per cell, seed 36): the time ratios are
-measured here, the coverage there. Amortised, a node pays ``first`` once per
+Beside the times, the coverage and power each design gets are quoted from benchmarks/decision_coverage.py
+(the cells ``launch``, ``floor2``, ``floor``, ``sequential``, ``power``; COMPUTED, seed 36): the time ratios
+are measured here, the coverage and power there. ``--first-repeats N`` adds N more first runs of the default
+on fresh nodes and counts how many read ``loses`` at every level from C=5 (the embedded default's question).
+Amortised, a node pays ``first`` once per
 ``compare_noise_floor_max_age_days`` (30) and ``later`` for every other run.
 
 Run: .venv/bin/python benchmarks/time_to_decision.py [--levels 1,2,5,10,30,70,100,250]
-     [--time-scale 0.1] [--warmup-s 2] [--window-s 4] [--target 0.05] [--only old,first,...]
+     [--time-scale 0.1] [--warmup-s 2] [--window-s 4] [--target 0.05] [--only old,first,...] [--first-repeats N]
 Only processes this script started are signalled: the playbooks' teardown is scoped to each node's
 own folder (gpu_kill_patterns) and its fake device folder, never the real /dev/nvidia*; after each run
 tests/specbench_testkit.kill_node_servers stops what that node's folder recorded. The node's settings
@@ -57,11 +59,14 @@ SEED_LEVELS = "1,2,5,10,30,70,100,250"
 # reads pays or loses (COMPUTED). Quoted, not recomputed: run that script for the figures.
 COVERAGE = {
     "old": "29.5-95.2% (95.2% only without launch variation; 46.5% at 3%), tie claims 3.9-79.1%",
-    "first-planned": "SEE_DC_FIRST_PLANNED",
-    "first": "SEE_DC_FIRST",
+    "first-planned": ("covers 95.6-100% at launch sd 0-5%, a tie claims in 0-2.4% (floor2, 500 runs per cell); a true "
+                      "1.10x reads pays at C=1 in 19.3% at 3% launch sd (power, design fixed, 400 runs)"),
+    "first": ("a tie claims in 0-4.2% at launch sd 0-5% (sequential, 400 runs per cell); a true 1.10x reads pays at "
+              "C=1 in 86.3% at 3% launch sd, a true 1.04x in 71.8% at 1% (power, design default, 400 runs)"),
     "first-every": "95.0-99.6%, tie claims 0.1-1.2% (floor2, second launches at every level, 4000 runs per cell)",
     "first-adaptive": "as first-planned (the interval's method is the same; the windows end sooner)",
-    "later": "SEE_DC_LATER",
+    "later": ("a tie claims in 0-5.0% at launch sd 0-5% (sequential, later runs, 400 runs per cell); each level's "
+              "95% interval covers 94.9-100% (floor, 500 runs per cell)"),
 }
 
 
@@ -105,6 +110,8 @@ def main() -> int:
     ap.add_argument("--only", default="old,first-planned,first,later",
                     help="of old,first-planned,first,first-every,first-adaptive,later")
     ap.add_argument("--timeout-s", type=int, default=3600)
+    ap.add_argument("--first-repeats", type=int, default=0,
+                    help="more first runs of the default on fresh nodes: how many read loses at every level from C=5")
     args = ap.parse_args()
     wanted = args.only.split(",")
     print(f"time_to_decision: EMULATOR figures (compare.yml, levels {args.levels}, warmup {args.warmup_s:g} s, window "
@@ -141,11 +148,22 @@ def main() -> int:
                   f"level from C=5: {row.get('decided')}  {row.get('verdicts', '')}", flush=True)
             if row.get("tail"):
                 print("    " + row["tail"].replace("\n", "\n    "))
+        decided = [r for r in rows if r["run"] == "first"]
+        for n in range(args.first_repeats):
+            node_name, extra = designs["first"]
+            row = compare(scratch, scratch / f"{node_name}-{n + 2}", f"first-{n + 2}", extra, args)
+            decided.append(row)
+            print(f"  first-{n + 2:<9d} {row['wall_s']:7.1f} s  rc {row['rc']}  launches per mode up to "
+                  f"{row.get('launches')}  loses at every level from C=5: {row.get('decided')}  {row.get('verdicts', '')}",
+                  flush=True)
+        if decided:
+            print(f"== first runs of the default on fresh nodes that read loses at every level from C=5: "
+                  f"{sum(bool(r.get('decided')) for r in decided)} of {len(decided)}")
         base = next((r["wall_s"] for r in rows if r["run"] == "old"), None)
         print("== ratios to the old design (same window, same machine), and the coverage each design gets")
         for row in rows:
             ratio = f"{row['wall_s'] / base:.2f}x" if base else "n/a"
-            print(f"  {row['run']:15s} {ratio:>6s}  coverage: {COVERAGE[row['run']]}")
+            print(f"  {row['run']:15s} {ratio:>6s}  {COVERAGE[row['run']]}")
         by = {r["run"]: r["wall_s"] for r in rows}
         if base and "first" in by and "later" in by:
             for n in (1, 4, 10):

@@ -79,8 +79,7 @@ def test_a_floor_term_is_scaled_for_a_shared_launch_effect_and_for_each_levels_o
     assert math.log(ci[1]) == pytest.approx(want, rel=1e-6)
 
 
-@pytest.mark.parametrize(("which", "rho", "launch_sd"), [("first", 1.0, 0.03), ("first", 0.0, 0.05),
-                                                        ("later", 1.0, 0.05)])
+@pytest.mark.parametrize(("which", "rho", "launch_sd"), [("first", 1.0, 0.05), ("later", 0.0, 0.05)])
 def test_the_default_design_reads_a_tie_as_a_tie_however_many_looks(which, rho, launch_sd):
     """A true tie at 8 levels through the whole default design (planned launches, added rounds): any claim at any
     level and look in at most 5% of runs (measured 0-4%, decision_coverage.py sequential), each level's 95%
