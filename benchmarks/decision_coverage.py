@@ -604,9 +604,10 @@ def scen_embedded(runs: int, rng: random.Random) -> None:
 
 def scen_fleet(runs: int, rng: random.Random) -> None:
     print("== fleet: one verdict for a kind of node from 2, 4 or 8 nodes (each its first run's planned launches, "
-          "A B B A; fleet.fleet_kinds pools every node's launches), node-to-node sd 0-5% (a node's speed moves both "
-          "modes), launch sd 2%, +-2% windows, the seeds' 8 levels: a true tie's claims (target <= 5%), each level's "
-          "95% interval's coverage (target >= 90%), a true 1.10x read pays at C=1 and at every level")
+          "A B B A, read with the floor it measures; fleet.fleet_kinds reads the kind from the nodes' own speedups), "
+          "node-to-node sd 0-5% (a node's speed moves both modes, half of it its speedup too), launch sd 2%, +-2% "
+          "windows, the seeds' 8 levels: a true tie's claims (target <= 5%), each level's 95% interval's coverage "
+          "(target >= 90%), a true 1.10x read pays at C=1 and at every level")
     n = max(1, runs)
     for nodes in (2, 4, 8):
         for node_sd in (0.0, 0.05):
