@@ -8,10 +8,6 @@ import re
 import pytest
 from specbench_testkit import ROOT
 
-# Pages rewritten on another branch at the time this test was written (the statistics pages); they
-# join the check once that work lands. Remove a page from here when it passes.
-PENDING = {"docs/explanation/decisions.md", "docs/benchmarks.md"}
-
 # What reads as a ticket or a comparison with older code:
 #   "issue 36", "issues 21 and 36", "issue #36", "(issue", a bare "#36" (not "vllm#51510", an upstream
 #   project's issue, not an anchor such as "#how-long-it-takes", not a colour such as "#1f77b4");
@@ -51,13 +47,8 @@ def test_the_patterns_catch_tickets_and_history_and_spare_anchors_colours_and_up
     assert [line for line in spared if history_lines(line)] == []
 
 
-@pytest.mark.parametrize("page", [p for p in manual_pages() if p not in PENDING])
+@pytest.mark.parametrize("page", manual_pages())
 def test_the_page_has_no_issue_numbers_or_history(page):
     found = history_lines((ROOT / page).read_text())
     assert not found, "state the current behaviour instead:\n" + "\n".join(
         f"{page}:{number}: {what}: {line[:200]}" for number, what, line in found)
-
-
-def test_the_pending_pages_exist():
-    """A page renamed or removed leaves this list: it must not hide a new page by its old name."""
-    assert all((ROOT / page).is_file() for page in PENDING), PENDING
