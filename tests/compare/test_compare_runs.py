@@ -134,7 +134,8 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     assert (run_dir / "index.md").is_file()
     # Two nodes of other kinds (models, GPUs, levels, modes) are never read as one: each is named apart, and why.
     assert index["kinds"] == [] and set(index["apart"]) == {"kimi", "llama"}, index["apart"]
-    assert "model 'emulated/Kimi-K2.5-INT4' where another has" in index["apart"]["kimi"], index["apart"]
+    assert "its own kind: bench_concurrency [1, 2, 4] where another has [16, 32, 64]" in index["apart"]["kimi"], \
+        index["apart"]
     assert "kimi is not pooled: its own kind" in (run_dir / "index.md").read_text()
 
 

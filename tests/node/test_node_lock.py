@@ -65,8 +65,12 @@ def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first
         waiter = subprocess.Popen([sys.executable, "-c", (
             "import sys, json; sys.path[:0] = sys.argv[1:2]\n"
             "from ansible_collections.specbench.core.plugins.module_utils.node import lock\n"
+            "print('asking', flush=True)\n"
             f"got = lock.acquire({path!r}, 'token-b', {{}}, wait_s=30, poll_s=0.02, watch={{'pid': None}}, max_hold_s=1)\n"
             "print(got['waited_s'])"), str(ROOT / "collections")], stdout=subprocess.PIPE, text=True)
+        # Once it asks (its interpreter and imports took over 0.3 s on a loaded CI machine once: it then found
+        # the lock free and had waited 0 s), it waits while the lock is held.
+        assert waiter.stdout.readline().strip() == "asking"
         time.sleep(0.3)
         assert waiter.poll() is None  # still waiting
         assert lock.release(path, "token-c")

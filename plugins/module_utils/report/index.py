@@ -89,9 +89,9 @@ def kind_rows(index: dict) -> list[dict]:
     rows = []
     for n, kind in enumerate(index.get("kinds") or [], 1):
         key = kind.get("key") or {}
-        what = ", ".join(str(v) for v in (key.get("model"), key.get("engine"), key.get("engine_version"),
-                                           f"{key.get('gpus')} x {key.get('gpu')}" if key.get("gpu") else None)
-                         if v)
+        parts = (key.get("model"), key.get("engine"), key.get("engine_version"),
+                 f"{key.get('gpus')} x {key.get('gpu')}" if key.get("gpu") else None)
+        what = ", ".join(str(v) for v in parts if v)
         levels = "; ".join(
             f"C={lv['concurrency']} {lv['speedup']:.3f} [{lv['speedup_ci_family'][0]:.3f}, "
             f"{lv['speedup_ci_family'][1]:.3f}] {lv['verdict']}"
