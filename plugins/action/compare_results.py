@@ -178,7 +178,7 @@ class ActionModule(ActionBase):
             try:
                 summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes,
                                          output_match_min=match_min, traffic=traffic, launch_floor=floor,
-                                         alpha=alphas[len(looks)], looks=looks)
+                                         alpha=alphas[len(looks)], looks=looks if rounds else None)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
             summary["sequential_budget"] = {"max_launches": args["max_launches"], "rounds": rounds,

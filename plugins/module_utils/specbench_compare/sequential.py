@@ -111,7 +111,7 @@ def merge_looks(looks: list[list[dict]]) -> tuple[list[dict], dict]:
         elif seen < len(looks):
             why = f"unclear: left after look {seen} (no launch within the budget could decide it)"
         else:
-            why = f"unclear after {seen} look(s) (the run's last plan says why it stopped)"
+            why = f"unclear after {seen} look(s) (the Method section says why the run added no further round)"
         picked["sequential_stop"] = why
         levels[conc] = {"launches": picked.get("launches") or 1, "looks": seen, "decided_at": chosen + 1
                         if chosen is not None else None, "why": why}

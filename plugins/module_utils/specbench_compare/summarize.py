@@ -110,7 +110,7 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
         looked.append(_look_rows(look_base, look_spec, base_mode, spec_mode, look_floor, look_alpha))
     rows, widened, family_size, borrowed = _look_rows(base, spec, base_mode, spec_mode, launch_floor, alpha)
     sequence = None
-    if looked:
+    if looks is not None:  # a run whose budget allows added rounds: every level says how it stopped, rounds or none
         rows, sequence = merge_looks([found[0] for found in looked] + [rows])
     return _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
 
@@ -345,7 +345,8 @@ def summarize_host(
         headline = separate[0]  # every level ran per category: the first category's is the headline comparison
         results = {m: only_category(r, headline) for m, r in results.items()}
     comparisons = {m: compare_pair(results.get(baseline), results.get(m), baseline, m, launch_floor, alpha,
-                                   [((r or {}).get(baseline), (r or {}).get(m), f, a) for r, f, a in looks or []])
+                                   None if looks is None else
+                                   [((r or {}).get(baseline), (r or {}).get(m), f, a) for r, f, a in looks])
                    for m in spec_modes}
     matches = output_match({m: r for m, r in results.items() if m in modes}, baseline, output_match_min)
     conf = confounders(results, baseline, {m: outcomes[m] for m in modes if m in outcomes}, matches)
