@@ -112,7 +112,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.engines.common import FlagError, flags_in
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.flags import check, emulator_present, probe
-from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.preflight import public_version
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.versions import public_version
 
 
 def main():

@@ -15,8 +15,10 @@ description:
   - Free disk on the filesystem of I(disk_path) is at least I(min_free_disk_gib).
   - I(tp_size) fits the GPUs visible (read through the gpu_state backends; for the emulator, the
     GPUs it will emulate).
-  - The installed SGLang is the version the modes' flags were checked for (I(expected_version);
-    compared on the public version, so the emulator's C(0.5.23+specbench-emulator) is 0.5.23).
+  - The installed SGLang is a release specbench supports (0.5.18 to 0.5.23, each with what it has
+    and lacks in C(module_utils/engines/sglang/versions.py)), refused by name with the range
+    otherwise; or exactly I(expected_version) when it is set. Compared on the public version, so the emulator's
+    C(0.5.23+specbench-emulator) is 0.5.23.
 author:
   - specbench contributors (!UNKNOWN)
 extends_documentation_fragment:
@@ -70,7 +72,9 @@ options:
     description: The emulator folder (engine C(emulator)); its version is read from its C(__init__.py).
     type: path
   expected_version:
-    description: The SGLang version the modes' flags were checked for; empty skips the check.
+    description:
+      - The SGLang version the node must have; empty accepts any supported release (0.5.18 to 0.5.23).
+      - A version outside that range is taken as the user's own choice and held exactly.
     type: str
     default: ""
 attributes:
@@ -178,7 +182,7 @@ def main():
         if version is not None:  # not shipped yet (fresh node, check mode): the flag check runs at launch
             problems += check_version(version, p["expected_version"], "the emulator")
     else:
-        version = installed_sglang(p["python"], env) if p["expected_version"] else None
+        version = installed_sglang(p["python"], env)
         problems += check_version(version, p["expected_version"], p["python"])
     result = {"problems": problems, "version": version, "gpus_visible": visible}
     if problems:

@@ -106,7 +106,7 @@ def test_every_preflight_refusal_names_the_fix_before_anything_is_torn_down_or_l
         "sg_tp": {"vars": {"mode": "baseline", **sglang,
                            "sglang_server_gpu_nvidia_smi": str(_fake_nvidia_smi(tmp_path, 4))}},
         "sg_version": {"vars": {"mode": "baseline", **sglang,
-                                "sglang_python": str(_python_with_sglang(tmp_path, "0.5.20"))}},
+                                "sglang_python": str(_python_with_sglang(tmp_path, "0.5.17"))}},
     }
     run = run_playbook(tmp_path, cases_playbook(tmp_path / "cases.yml", cases),
                        localhost_inventory(**emulator_vars(node_dir, free_port())))
@@ -122,13 +122,14 @@ def test_every_preflight_refusal_names_the_fix_before_anything_is_torn_down_or_l
 
     refused("emu_disk", "GiB free", "sglang_server_min_free_disk_gib")
     refused("emu_tp", "sglang_server_tp_size is 4 but only 2 GPU(s)", "CUDA_VISIBLE_DEVICES")
-    refused("emu_version", "SGLang 0.5.23+specbench-emulator is installed", "checked for SGLang 0.5.22",
+    refused("emu_version", "SGLang 0.5.23+specbench-emulator is installed", "sglang_server_expected_version is 0.5.22",
             "sglang_server_expected_version")
     refused("sg_model", "models/nope does not exist on this node", "sglang_server_model_path")
     refused("sg_draft_offline", "moonshotai/Kimi-K2.5-EAGLE3", "HF_HUB_OFFLINE", "huggingface-cli download",
             "sglang_server_draft_model_path")
     refused("sg_tp", "sglang_server_tp_size is 8 but only 4 GPU(s) are visible")
-    refused("sg_version", "SGLang 0.5.20 is installed", "install sglang==0.5.23")
+    refused("sg_version", "SGLang 0.5.17 is not a release specbench supports (supported: 0.5.18 to 0.5.23",
+            "sglang==0.5.23 is the newest")
     # Nothing launched: no server record, no server log.
     assert not (node_dir / "state").exists() or not list((node_dir / "state").glob("*.json"))
     assert not list(node_dir.glob("logs/*.log"))

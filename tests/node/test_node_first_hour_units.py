@@ -17,6 +17,7 @@ import yaml
 from nodekit import ROOT
 
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import preflight as sglang_preflight
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang import versions
 from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.command import render
 from ansible_collections.specbench.core.plugins.module_utils.launch import process as sglang_process
 from ansible_collections.specbench.core.plugins.module_utils.report.render import render_markdown
@@ -143,8 +144,21 @@ def test_disk_gpus_and_version_checks_name_the_fix(tmp_path):
     assert "only 4 GPU(s)" in sglang_preflight.check_gpus(8, 4, "nvml")[0]
     assert sglang_preflight.check_version("0.5.23+specbench-emulator", "0.5.23", "p") == []
     wrong = sglang_preflight.check_version("0.5.20", "0.5.23", "/venv/bin/python")[0]
-    assert "sglang==0.5.23" in wrong and 'sglang_server_expected_version: "0.5.20"' in wrong
+    assert "sglang==0.5.23" in wrong and 'sglang_server_expected_version to "0.5.20"' in wrong
     assert "has no SGLang installed" in sglang_preflight.check_version(None, "0.5.23", "p")[0]
+    # Empty: every release of the supported table passes, anything else is refused by name with the range.
+    for release in versions.RELEASES:
+        assert sglang_preflight.check_version(release, "", "p") == [], release
+    for other in ("0.5.17", "0.5.24", "0.6.0"):
+        refused = sglang_preflight.check_version(other, "", "/venv/bin/python")[0]
+        assert f"SGLang {other} is not a release specbench supports (supported: 0.5.18 to 0.5.23" in refused
+        assert f'sglang_server_expected_version: "{other}"' in refused
+    # A release outside the table, named by the user, is held exactly.
+    assert sglang_preflight.check_version("0.5.24", "0.5.24", "p") == []
+    assert versions.supports("0.5.18", "openai_spec_details") is False
+    assert versions.supports("0.5.23+specbench-emulator", "openai_spec_details") is True
+    assert versions.supports("0.4.0", "openai_spec_details") is None
+    assert versions.by_kernel_args(19) == ["0.5.18"] and versions.by_kernel_args(22)[-1] == "0.5.23"
 
 
 def test_the_installed_version_is_read_from_metadata_without_importing_sglang(tmp_path):

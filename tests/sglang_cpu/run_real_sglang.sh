@@ -1,55 +1,73 @@
 #!/usr/bin/env bash
-# Opt-in check: drive a real SGLang 0.5.23 on this machine's CPU end to end (issue 40). SGLang's CPU
-# kernel is not on PyPI, neither as source nor as wheel, and upstream code stays out of this
-# repository: bring SGLang's source tree at the commit of the installed 0.5.23 (its repository, e.g.
-# through the search tool's fetch) and give its path. The script does the rest:
+# Opt-in check: drive a real SGLang release (0.5.18 to 0.5.23) on this machine's CPU end to end.
+# SGLang's CPU kernel is not on PyPI, neither as source nor as wheel, and upstream code stays out of
+# this repository: bring SGLang's source tree (e.g. `fetch github:xinguozhu-2026/sglang`, then
+# `git archive HEAD python/sglang/kernels | tar -x -C SRC`: all this script reads) and give its path.
+# docs/how-to/real-sglang-on-cpu.md says how, and what each workaround below is for. The script:
 #
 #   1. checks: the source holds the CPU kernel (python/sglang/kernels/aot/csrc/cpu/, formerly
-#      sgl-kernel/csrc/cpu/) and matches 0.5.23 (extend_attention_cpu takes 0.5.23's is_causal: an
-#      older source builds a kernel the installed Python calls with the wrong arguments); the CPU has
+#      sgl-kernel/csrc/cpu/) and picks the release it matches: the number of arguments its
+#      extend_attention_cpu takes is the number each release's intel_amx_backend.py passes (19:
+#      0.5.18; 20: 0.5.19; 22: 0.5.20 to 0.5.23, the newest taken unless --sglang-version names one;
+#      plugins/module_utils/engines/sglang/versions.py holds the table). A release the source does
+#      not match is refused (its Python would call the kernel with the wrong arguments). The CPU has
 #      AVX-512 (AMX is needed neither to build nor to run); libnuma's header; python3.11.
-#   2. venv (--venv, default .venv-sglang-cpu): torch 2.13.0 (the CPU wheel on this machine's disk),
-#      sglang 0.5.23 with --no-deps, then its own dependency list less the CUDA-only packages
-#      (CUDA_ONLY below); no torchvision (PyPI's links libtorch_cuda and breaks SGLang's import).
+#   2. venv (--venv, default .venv-sglang-cpu-VERSION): sglang VERSION with --no-deps, the torch it
+#      pins (the CPU wheel), then its own dependency list less the CUDA-only packages (CUDA_ONLY
+#      below). Workarounds, each for a defect of the release on a CPU machine, none in the product:
+#      torchvision (imported at load by sglang/srt/utils/common.py) installed --no-deps and its two
+#      unguarded register_fake calls guarded (PyPI's build links CUDA, so its ops never load here);
+#      NGRAM's corpus header given the <cstddef> it uses (0.5.18's ngram_corpus/result.h does not
+#      compile under GCC 12 without it).
 #   3. kernel: cmake (pip's, >= 3.26) and make -j2 under nice, into a cache keyed by the sha256 of
-#      the kernel source and the torch and Python versions (--cache, default
-#      ~/.cache/specbench/sglang-cpu-kernel/HASH): about 5.5 minutes on 2 cores the first time, none
-#      after. The venv gets a package sgl_kernel that loads the built library into torch.ops.
+#      the kernel source, its Python package and the torch and Python versions (--cache, default
+#      ~/.cache/specbench/sglang-cpu-kernel/HASH): about 3.5-5.5 minutes on 2 cores the first time,
+#      none after. Beside the library goes the source's own Python package sgl_kernel (the
+#      wrappers sglang imports from it, e.g. copy_all_layer_kv_cache_cpu, and its loader).
+#      SGLang's JIT builds (NGRAM's corpus: ~66 s) are cached in CACHE/jit-VERSION across runs;
+#      its other caches stay in the run's work folder, never in ~/.cache/sglang.
 #   4. the tiny models of tests/vllm/make_models.py (a 4-layer Llama and a noisy copy as draft).
-#   5. bench.yml through the real playbooks (engine=sglang, SGLANG_USE_CPU_ENGINE=1, bf16, the
-#      flags of issue 40) for each mode a tiny model can serve on CPU: baseline, ngram, standalone
-#      (the noisy copy as draft); each must pass the post-launch check and finish complete, a
-#      speculative mode with an accept length above 1 from the chat API's per-request
-#      sglext.spec_tokens_details, and the teardown must leave none of the server's session while a
-#      bystander process lives. SGLang's launcher runs through launch_cpu.py beside this script,
-#      which keeps --attention-backend intel_amx on a CPU without AMX (SGLang otherwise swaps in
-#      torch_native, which crashes on every speculative verify).
+#   5. bench.yml through the real playbooks (engine=sglang, SGLANG_USE_CPU_ENGINE=1, bf16) for each
+#      mode a tiny model can serve on CPU: baseline, ngram, standalone (the noisy copy as draft);
+#      each must pass the post-launch check and finish complete, a speculative mode with an accept
+#      length above 1 (from the chat API's sglext.spec_tokens_details where the release has them,
+#      from /metrics on 0.5.18), and the teardown must leave none of the server's session (zombies
+#      waiting for their reaper are gone already) while a bystander process lives. SGLang's
+#      launcher runs through launch_cpu.py beside this script, which keeps --attention-backend
+#      intel_amx on a CPU without AMX (SGLang otherwise swaps in torch_native, which crashes on
+#      every speculative verify).
+#   6. compare.yml: baseline against ngram and standalone at C = 1, 4, 16, one launch per mode (the
+#      node's floor from the prior for a CPU-served engine), its report and verdicts;
+#   7. serve.yml of the recommendation with its proof, serve.yml again (proved in place), and
+#      serve.yml -e serve_state=absent, which must leave nothing of the service.
 #
 # Prints what it skipped and why, then one summary line (last line, starting "run_real_sglang:");
 # exits 0 when every part that ran passed, 1 when one failed, 2 when it cannot run here (no source,
 # no AVX-512, bad arguments). --plan prints what would run and what is skipped, and starts nothing.
 #
-#   tests/sglang_cpu/run_real_sglang.sh SRC [--plan] [--venv PATH] [--cache DIR] [--modes "baseline ngram"]
-#                                           [--skip-bench] [--ansible-playbook PATH]
+#   tests/sglang_cpu/run_real_sglang.sh SRC [--plan] [--sglang-version V] [--venv PATH] [--cache DIR]
+#                                           [--modes "baseline ngram"] [--skip-bench] [--skip-serve]
+#                                           [--ansible-playbook PATH]
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE="$ROOT/tests/sglang_cpu"
-SGLANG_VERSION="0.5.23"
-TORCH_VERSION="2.13.0"
+VERSIONS="$ROOT/plugins/module_utils/engines/sglang/versions.py"
+SGLANG_VERSION=""
 SRC=""
 PLAN=0
 SKIP_BENCH=0
-VENV="$ROOT/.venv-sglang-cpu"
+SKIP_SERVE=0
+VENV=""
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/specbench/sglang-cpu-kernel"
 MODES="baseline ngram standalone"
 ANSIBLE_PLAYBOOK=""
 START_S=$(date +%s)
-# Requirements of sglang 0.5.23 that need CUDA (or pull a CUDA torch): left out of the CPU venv.
-CUDA_ONLY='^(nvidia-|cuda-|flashinfer|sgl-kernel|sglang-kernel|torch$|torchvision|torchaudio|torchao|triton|flash-attn|flash_attn|deep-gemm|deep_gemm|nixl|mooncake|cutlass|quack|apache-tvm-ffi|xformers|decord|cupy)'
+# Requirements of sglang that need CUDA (or pull a CUDA torch): left out of the CPU venv.
+CUDA_ONLY='^(nvidia-|cuda-|flashinfer|sgl-kernel|sglang-kernel|torch$|torchvision|torchaudio|torchao|torchcodec|triton|flash-attn|flash_attn|deep-gemm|deep_gemm|nixl|mooncake|cutlass|quack|apache-tvm-ffi|xformers|decord|cupy)'
 
 usage() {
-    sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,46p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 summary() {  # summary STATUS TEXT: the one line, then exit
@@ -63,18 +81,20 @@ need_value() {  # need_value FLAG COUNT: a flag given without its value
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        --venv|--cache|--modes|--ansible-playbook) need_value "$1" $# ;;
+        --venv|--cache|--modes|--ansible-playbook|--sglang-version) need_value "$1" $# ;;
     esac
     case "$1" in
         --venv) VENV=${2:-}; shift 2 ;;
         --cache) CACHE=${2:-}; shift 2 ;;
         --modes) MODES=${2:-}; shift 2 ;;
+        --sglang-version) SGLANG_VERSION=${2:-}; shift 2 ;;
         --ansible-playbook) ANSIBLE_PLAYBOOK=${2:-}; shift 2 ;;
         --skip-bench) SKIP_BENCH=1; shift ;;
+        --skip-serve) SKIP_SERVE=1; shift ;;
         --plan) PLAN=1; shift ;;
         -h|--help) usage; exit 0 ;;
         -*) echo "unknown argument: $1 (see --help)" >&2
-            summary 2 "NOT RUN: unknown argument $1; use SRC --plan --venv PATH --cache DIR --modes LIST --skip-bench" ;;
+            summary 2 "NOT RUN: unknown argument $1; use SRC --plan --sglang-version V --venv PATH --cache DIR --modes LIST --skip-bench --skip-serve" ;;
         *) [ -z "$SRC" ] || summary 2 "NOT RUN: one source tree only, got '$SRC' and '$1'"
            SRC=$1; shift ;;
     esac
@@ -90,7 +110,7 @@ skipped_text() {
 }
 
 # ------------------------------------------------------------------ 1. what is here
-[ -n "$SRC" ] || summary 2 "NOT RUN: give the path of SGLang's source tree at the commit of $SGLANG_VERSION (its kernel source is not on PyPI; see --help)"
+[ -n "$SRC" ] || summary 2 "NOT RUN: give the path of SGLang's source tree (a release from 0.5.18 to 0.5.23; its kernel source is not on PyPI; see --help)"
 [ -d "$SRC" ] || summary 2 "NOT RUN: the source tree $SRC is not a folder"
 SRC=$(cd "$SRC" && pwd)
 KDIR=""
@@ -98,22 +118,74 @@ for rel in python/sglang/kernels/aot/csrc/cpu sgl-kernel/csrc/cpu; do
     if [ -f "$SRC/$rel/CMakeLists.txt" ]; then KDIR="$SRC/$rel"; break; fi
 done
 [ -n "$KDIR" ] || summary 2 "NOT RUN: $SRC holds no CPU kernel source (python/sglang/kernels/aot/csrc/cpu/CMakeLists.txt or sgl-kernel/csrc/cpu/CMakeLists.txt): is it SGLang's repository?"
+# The source's own Python package sgl_kernel (the wrappers sglang imports, and its loader).
+KPY=""
+for rel in python/sglang/kernels/aot/python/sgl_kernel sgl-kernel/python/sgl_kernel; do
+    if [ -f "$SRC/$rel/__init__.py" ]; then KPY="$SRC/$rel"; break; fi
+done
+[ -n "$KPY" ] || summary 2 "NOT RUN: $SRC holds the kernel's C++ but not its Python package sgl_kernel (python/sglang/kernels/aot/python/sgl_kernel/__init__.py): export python/sglang/kernels whole"
 EXT="$KDIR/torch_extension_cpu.cpp"
-if [ ! -f "$EXT" ] || ! grep -A40 'void extend_attention_cpu(' "$EXT" | grep -q 'is_causal'; then
-    summary 2 "NOT RUN: the kernel source in $KDIR is not $SGLANG_VERSION's: its extend_attention_cpu lacks is_causal, which the installed sglang $SGLANG_VERSION passes (sglang/srt/layers/attention/intel_amx_backend.py); check out the commit of $SGLANG_VERSION"
-fi
+# Which release the kernel source is: versions.py's table, by extend_attention_cpu's arguments.
+PICK=$(python3 - "$VERSIONS" "$EXT" "$SGLANG_VERSION" <<'PY'
+import importlib.util, re, sys
+spec = importlib.util.spec_from_file_location("versions", sys.argv[1])
+versions = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(versions)
+try:
+    text = open(sys.argv[2], encoding="utf-8").read()
+except OSError:
+    text = ""
+found = re.search(r"void\s+extend_attention_cpu\s*\(([^;]*?)\)\s*;", text, re.S)
+if not found:
+    print(f"ERROR its {sys.argv[2]} declares no extend_attention_cpu: not a kernel source this script knows")
+    sys.exit()
+count = len([a for a in found.group(1).split(",") if a.strip()])
+matches = versions.by_kernel_args(count)
+wanted = sys.argv[3]
+if wanted:
+    if versions.release(wanted) is None:
+        print(f"ERROR --sglang-version {wanted} is not a supported release ({versions.RANGE})")
+    elif wanted not in matches:
+        print(f"ERROR the kernel source is not {wanted}'s: its extend_attention_cpu takes {count} arguments, and "
+              f"{wanted}'s sglang/srt/layers/attention/intel_amx_backend.py passes "
+              f"{versions.RELEASES[wanted]['cpu_kernel_attention_args']}; it matches "
+              f"{', '.join(matches) or 'no supported release'}: check out {wanted}'s commit or name one of those")
+    else:
+        print(f"OK {wanted} {versions.RELEASES[wanted]['torch']} {count} named by --sglang-version")
+elif not matches:
+    print(f"ERROR the kernel source's extend_attention_cpu takes {count} arguments, which no supported release "
+          f"({versions.RANGE}) passes: check out a supported release's commit")
+else:
+    how = "the only match" if len(matches) == 1 else f"the newest of {', '.join(matches)}; --sglang-version picks another"
+    print(f"OK {matches[-1]} {versions.RELEASES[matches[-1]]['torch']} {count} {how}")
+PY
+)
+case "$PICK" in
+    OK\ *) read -r _ SGLANG_VERSION TORCH_VERSION KARGS PICK_WHY <<< "$PICK" ;;
+    *) summary 2 "NOT RUN: ${PICK#ERROR }" ;;
+esac
+echo "run_real_sglang: the kernel source takes $KARGS arguments in extend_attention_cpu: sglang $SGLANG_VERSION ($PICK_WHY), torch $TORCH_VERSION"
+case "$TORCH_VERSION" in
+    2.13.*) TORCHVISION_VERSION=0.28.0 ;;
+    2.14.*) TORCHVISION_VERSION=0.29.1 ;;
+    *) TORCHVISION_VERSION="" ;;
+esac
+[ -n "$VENV" ] || VENV="$ROOT/.venv-sglang-cpu-$SGLANG_VERSION"
 # What this machine lacks: each stops a run (exit 2) and is listed by --plan.
 MISSING=""
 grep -qw avx512f /proc/cpuinfo 2>/dev/null || MISSING="$MISSING; this CPU has no AVX-512 (avx512f), which SGLang's CPU kernel needs"
 if grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then CPU_NOTE="AVX-512 and AMX"; else CPU_NOTE="no AMX (intel_amx kept by launch_cpu.py)"; fi
 [ -f "${SPECBENCH_NUMA_HEADER:-/usr/include/numa.h}" ] || MISSING="$MISSING; libnuma's header is missing (/usr/include/numa.h): apt-get install libnuma-dev"
 PYTHON=$(command -v python3.11 || true)
-[ -n "$PYTHON" ] || MISSING="$MISSING; python3.11 not found (SGLang $SGLANG_VERSION's venv is built with it)"
+[ -n "$PYTHON" ] || MISSING="$MISSING; python3.11 not found (SGLang's venv is built with it)"
 PYTHON=${PYTHON:-python3}
-# The cache key: every file of the kernel source, the torch and the Python it is built against.
-HASH=$( (cd "$KDIR" && find . -type f -print0 | sort -z | xargs -0 sha256sum; echo "torch $TORCH_VERSION";
+# The cache key: every file of the kernel source and its Python package, the torch and the Python
+# it is built against.
+HASH=$( (cd "$KDIR" && find . -type f -print0 | sort -z | xargs -0 sha256sum;
+         cd "$KPY" && find . -type f -name '*.py' -print0 | sort -z | xargs -0 sha256sum; echo "torch $TORCH_VERSION";
          "$PYTHON" -c 'import sys; print(sys.version_info[:2])') | sha256sum | cut -c1-16)
 KCACHE="$CACHE/$HASH"
+JIT_CACHE="$CACHE/jit-$SGLANG_VERSION"
 
 for mode in $MODES; do
     case "$mode" in
@@ -121,24 +193,26 @@ for mode in $MODES; do
         *) summary 2 "NOT RUN: mode $mode cannot run on a tiny model here: use baseline, ngram, standalone" ;;
     esac
 done
-skip "eagle, eagle3, nextn, eagle3-adaptive: they need an EAGLE/EAGLE-3/MTP head; no head is made here yet (a random head would only show the server starts, at acceptance 1.0)"
-skip "compare.yml, the NGRAM crossover, serve.yml and serve_state=absent: not in this script yet (issue 40, item 2)"
+skip "eagle, eagle3, nextn, eagle3-adaptive: they need an EAGLE/EAGLE-3/MTP head trained on the target; none is trained here (a random head only shows the server starts, at acceptance 1.0)"
 [ "$SKIP_BENCH" -eq 0 ] || skip "part 5, every mode (--skip-bench)"
+[ "$SKIP_SERVE" -eq 0 ] || skip "parts 6 and 7, compare and serve (--skip-serve)"
 
 VENV_STATE="to build"
 if [ -x "$VENV/bin/python" ] && [ "$(SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)" = "$SGLANG_VERSION" ]; then
     VENV_STATE="present"
 fi
-if [ -f "$KCACHE/sgl_kernel/__init__.py" ]; then KERNEL_STATE="cached"; else KERNEL_STATE="to build (~5.5 min on 2 cores)"; fi
+if [ -f "$KCACHE/sgl_kernel/__init__.py" ]; then KERNEL_STATE="cached"; else KERNEL_STATE="to build (~3.5-5.5 min on 2 cores)"; fi
 
 if [ "$PLAN" -eq 1 ]; then
     [ -z "$MISSING" ] || echo "plan: cannot run here: ${MISSING#; }"
     echo "plan: source $SRC, kernel $KDIR (sha256 key $HASH)"
+    echo "plan: release sglang $SGLANG_VERSION ($KARGS kernel arguments: $PICK_WHY)"
     echo "plan: CPU $CPU_NOTE, $(nproc) cores"
     echo "plan: venv $VENV: $VENV_STATE (torch $TORCH_VERSION CPU wheel, sglang $SGLANG_VERSION --no-deps, its dependencies less CUDA-only ones)"
     echo "plan: kernel $KCACHE: $KERNEL_STATE"
     [ "$SKIP_BENCH" -eq 1 ] || echo "plan: bench.yml engine=sglang on the tiny models, modes: $MODES (chat API, C=1,4)"
-    summary 0 "PLAN ONLY (nothing started)${MISSING:+, CANNOT RUN HERE: ${MISSING#; }}: venv $VENV_STATE, kernel $KERNEL_STATE, modes: $([ "$SKIP_BENCH" -eq 1 ] && echo none || echo "$MODES") | skipped: $(skipped_text)"
+    [ "$SKIP_SERVE" -eq 1 ] || echo "plan: compare.yml baseline against ngram and standalone at C=1,4,16; serve.yml, serve.yml again, serve_state=absent"
+    summary 0 "PLAN ONLY (nothing started)${MISSING:+, CANNOT RUN HERE: ${MISSING#; }}: sglang $SGLANG_VERSION, venv $VENV_STATE, kernel $KERNEL_STATE, modes: $([ "$SKIP_BENCH" -eq 1 ] && echo none || echo "$MODES") | skipped: $(skipped_text)"
 fi
 
 [ -z "$MISSING" ] || summary 2 "NOT RUN: ${MISSING#; } (nothing was started)"
@@ -150,7 +224,6 @@ if [ "$VENV_STATE" != present ]; then
     T0=$(date +%s)
     {
         "$PYTHON" -m venv "$VENV" &&
-        "$ROOT/tests/venv_install.sh" "$VENV/bin/python" "torch==$TORCH_VERSION" &&
         "$ROOT/tests/venv_install.sh" "$VENV/bin/python" --no-deps "sglang==$SGLANG_VERSION" &&
         deps=$("$VENV/bin/python" - "$CUDA_ONLY" <<'PY'
 import importlib.metadata as m, re, sys
@@ -168,11 +241,30 @@ PY
 ) &&
         echo "$deps" > "$WORK/deps.txt" &&
         "$ROOT/tests/venv_install.sh" "$VENV/bin/python" -r "$WORK/deps.txt" "torch==$TORCH_VERSION" &&
-        "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio 2>&1 | grep -v 'not installed'
+        "$VENV/bin/python" -m pip uninstall --quiet --yes torchaudio 2>&1 | grep -v 'not installed'
     } > "$WORK/venv.log" 2>&1 || true
     version=$(SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)
     [ "$version" = "$SGLANG_VERSION" ] || summary 1 "FAILED: the venv $VENV has no sglang $SGLANG_VERSION after the install ($(tail -n 2 "$WORK/venv.log" | tr '\n' ' ')) see $WORK/venv.log"
     echo "run_real_sglang: venv built in $(( $(date +%s) - T0 )) s"
+fi
+SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# Workaround: sglang/srt/utils/common.py imports torchvision at load. PyPI's torchvision links CUDA,
+# so its C++ ops never load on this machine, and its _meta_registrations.py registers fake kernels
+# for two of them unguarded (torch.library.register_fake fails for an op that does not exist):
+# installed --no-deps, those two decorators guarded as the file's own register_meta already is.
+if [ -n "$TORCHVISION_VERSION" ] && ! "$VENV/bin/python" -c 'import torchvision' > /dev/null 2>&1; then
+    "$ROOT/tests/venv_install.sh" "$VENV/bin/python" --no-deps "torchvision==$TORCHVISION_VERSION" > "$WORK/torchvision.log" 2>&1
+    sed -i 's/^@torch\.library\.register_fake(\(.*\))$/@(torch.library.register_fake(\1) if torchvision.extension._has_ops() else (lambda fn: fn))/' \
+        "$SITE/torchvision/_meta_registrations.py"
+    rm -rf "$SITE/torchvision/__pycache__"
+    "$VENV/bin/python" -c 'import torchvision' > "$WORK/torchvision-import.log" 2>&1 ||
+        summary 1 "FAILED: torchvision $TORCHVISION_VERSION does not import after the workaround ($(tail -n 1 "$WORK/torchvision-import.log")) see $WORK/torchvision-import.log"
+fi
+# Workaround: NGRAM's corpus header uses size_t without <cstddef> (0.5.18's JIT source; later
+# releases include it), which GCC 12 refuses. The JIT compiles the installed copy.
+NGRAM_H="$SITE/sglang/kernels/jit/csrc/ngram_corpus/result.h"
+if [ -f "$NGRAM_H" ] && ! grep -q '<cstddef>' "$NGRAM_H"; then
+    sed -i 's/^#include <cstdint>$/#include <cstddef>\n#include <cstdint>/' "$NGRAM_H"
 fi
 
 # ------------------------------------------------------------------ 3. the kernel, cached by its source
@@ -189,16 +281,21 @@ if [ ! -f "$KCACHE/sgl_kernel/__init__.py" ]; then
     LIB=$(find "$BUILD" -name 'common_ops*.so' -print -quit)
     [ -n "$LIB" ] || LIB=$(find "$BUILD" -name '*.so' -size +1M -print -quit)
     [ -n "$LIB" ] || summary 1 "FAILED: the kernel build made no library (see $WORK/kernel.log)"
-    mkdir -p "$KCACHE/sgl_kernel.tmp"
+    rm -rf "$KCACHE/sgl_kernel.tmp"
+    mkdir -p "$KCACHE"
+    cp -r "$KPY" "$KCACHE/sgl_kernel.tmp"
+    # The package's loader looks for common_ops.* in sm100/ (no GPU) and then beside itself.
     cp "$LIB" "$KCACHE/sgl_kernel.tmp/"
-    cp "$HERE/sgl_kernel_loader.py" "$KCACHE/sgl_kernel.tmp/__init__.py"
     rm -rf "$KCACHE/sgl_kernel" && mv "$KCACHE/sgl_kernel.tmp" "$KCACHE/sgl_kernel"
     echo "run_real_sglang: kernel built in $(( $(date +%s) - T0 )) s into $KCACHE"
 fi
-SITE=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$KCACHE" > "$SITE/specbench-sglang-cpu-kernel.pth"
-if ! SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c 'import sgl_kernel, torch; assert hasattr(torch.ops.sgl_kernel, "extend_attention_cpu")' > "$WORK/kernel-import.log" 2>&1; then
-    summary 1 "FAILED: the cached kernel does not load into torch.ops.sgl_kernel ($(tail -n 1 "$WORK/kernel-import.log")) see $WORK/kernel-import.log"
+# What sglang imports from the package (sglang/kernels/ops/kvcache/cache_move.py), and the kernel
+# in torch.ops that the attention backend calls.
+if ! SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c 'import sgl_kernel, torch
+from sgl_kernel import copy_all_layer_kv_cache_cpu
+assert hasattr(torch.ops.sgl_kernel, "extend_attention_cpu")' > "$WORK/kernel-import.log" 2>&1; then
+    summary 1 "FAILED: the cached kernel package does not load ($(tail -n 1 "$WORK/kernel-import.log")) see $WORK/kernel-import.log"
 fi
 
 # ------------------------------------------------------------------ 4. the tiny models
@@ -208,14 +305,14 @@ if ! HF_HUB_OFFLINE=1 timeout 600 "$VENV/bin/python" "$ROOT/tests/vllm/make_mode
 fi
 
 # ------------------------------------------------------------------ 5. the modes, through the playbooks
-[ "$SKIP_BENCH" -eq 0 ] || summary 0 "venv and kernel ready (key $HASH), models made; bench skipped | skipped: $(skipped_text)"
+[ "$SKIP_BENCH" -eq 0 ] || [ "$SKIP_SERVE" -eq 0 ] || summary 0 "sglang $SGLANG_VERSION: venv and kernel ready (key $HASH), models made; bench and serve skipped | skipped: $(skipped_text)"
 if [ -z "$ANSIBLE_PLAYBOOK" ]; then
     if [ -x "$ROOT/.venv/bin/ansible-playbook" ]; then ANSIBLE_PLAYBOOK="$ROOT/.venv/bin/ansible-playbook"
     else ANSIBLE_PLAYBOOK=$(command -v ansible-playbook || true); fi
 fi
 [ -n "$ANSIBLE_PLAYBOOK" ] || summary 2 "NOT RUN: ansible-playbook not found: build the venv (see README) or pass --ansible-playbook"
 NODE="$WORK/node"
-mkdir -p "$NODE/emulated-dev"
+mkdir -p "$NODE/emulated-dev" "$JIT_CACHE"
 PORT=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # The role runs "PYTHON -m sglang.launch_server ...": this interpreter runs that through launch_cpu.py.
 LAUNCHER="$WORK/python-sglang-cpu"
@@ -229,37 +326,96 @@ BYSTANDER=$!
 cleanup() { kill "$BYSTANDER" 2>/dev/null || true; }
 trap cleanup EXIT
 
-bench_vars() {  # bench_vars MODE: bench.yml's extra vars as JSON (cpu_vars.py)
-    "$VENV/bin/python" "$HERE/cpu_vars.py" "$1" "$WORK" "$MODELS" "$PORT" "$LAUNCHER"
+run_vars() {  # run_vars MODE: the playbooks' extra vars as JSON (cpu_vars.py)
+    "$VENV/bin/python" "$HERE/cpu_vars.py" "$1" "$WORK" "$MODELS" "$PORT" "$LAUNCHER" "$JIT_CACHE"
 }
-STATUS=0
-PARTS=""
-for mode in $MODES; do
-    T0=$(date +%s)
-    (cd "$ROOT" && timeout 1500 "$ANSIBLE_PLAYBOOK" bench.yml -e "$(bench_vars "$mode")") > "$WORK/bench-$mode.log" 2>&1
-    rc=$?
-    verdict=$("$VENV/bin/python" "$HERE/check_results.py" "$WORK/results" "$mode" 2>&1)
-    # The teardown left nothing of the server's session, and the bystander lives.
-    left=$("$VENV/bin/python" - "$WORK/results" "$mode" <<'PY' 2>&1
-import glob, json, os, sys
-files = glob.glob(f"{sys.argv[1]}/cpu-check/*/{sys.argv[2]}.json")
-sid = (json.load(open(files[0])).get("server") or {}).get("pgid") if files else None
+left_of() {  # left_of RESULTS_FILE|sid:N: processes of the server's session still running (not zombies)
+    "$VENV/bin/python" - "$1" <<'PY' 2>&1
+import json, os, sys
+if sys.argv[1].startswith("sid:"):
+    sid = int(sys.argv[1][4:] or 0) or None
+else:
+    try:
+        sid = (json.load(open(sys.argv[1])).get("server") or {}).get("pgid")
+    except (OSError, ValueError):
+        sid = None
 alive = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        if sid and os.getsid(int(pid)) == sid:
+        # The state follows the command's closing parenthesis in /proc/PID/stat: Z is exited,
+        # waiting for its parent (or a slow PID 1) to reap it, and holds nothing.
+        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        if sid and os.getsid(int(pid)) == sid and state not in ("Z", "X"):
             alive.append(pid)
-    except OSError:
+    except (OSError, IndexError):
         pass
 print(" ".join(alive))
 PY
-)
-    kill -0 "$BYSTANDER" 2>/dev/null || left="$left (the bystander $BYSTANDER died)"
-    if [ "$rc" -eq 0 ] && [ "${verdict#ok}" != "$verdict" ] && [ -z "$left" ]; then
-        PARTS="$PARTS $mode $verdict, torn down clean, $(( $(date +%s) - T0 )) s;"
+}
+STATUS=0
+PARTS=""
+if [ "$SKIP_BENCH" -eq 0 ]; then
+    for mode in $MODES; do
+        T0=$(date +%s)
+        (cd "$ROOT" && timeout 1500 "$ANSIBLE_PLAYBOOK" bench.yml -e "$(run_vars "$mode")") > "$WORK/bench-$mode.log" 2>&1
+        rc=$?
+        verdict=$("$VENV/bin/python" "$HERE/check_results.py" "$WORK/results" "$mode" "$SGLANG_VERSION" 2>&1)
+        # The teardown left nothing of the server's session, and the bystander lives.
+        left=$(left_of "$(find "$WORK/results/cpu-check" -name "$mode.json" -print -quit 2>/dev/null)")
+        kill -0 "$BYSTANDER" 2>/dev/null || left="$left (the bystander $BYSTANDER died)"
+        if [ "$rc" -eq 0 ] && [ "${verdict#ok}" != "$verdict" ] && [ -z "$left" ]; then
+            PARTS="$PARTS $mode $verdict, torn down clean, $(( $(date +%s) - T0 )) s;"
+        else
+            PARTS="$PARTS $mode FAILED (rc $rc; ${verdict#FAILED }; left after teardown: ${left:-nothing}) see $WORK/bench-$mode.log;"
+            STATUS=1
+        fi
+    done
+fi
+
+# ------------------------------------------------------------------ 6-7. compare, serve, serve again, absent
+if [ "$SKIP_SERVE" -eq 0 ]; then
+    CVARS=$(run_vars compare | "$VENV/bin/python" -c '
+import json, sys
+v = json.load(sys.stdin)
+v.pop("mode")
+v.update(run_id="cpu-compare", compare_modes=["baseline", "ngram", "standalone"], bench_concurrency=[1, 4, 16],
+         compare_launches=1, compare_max_launches=0, compare_noise_floor_prior_sd=0.08, serve_on_regression="keep")
+print(json.dumps(v))')
+    T0=$(date +%s)
+    (cd "$ROOT" && timeout 2400 "$ANSIBLE_PLAYBOOK" playbooks/compare.yml -e "$CVARS") > "$WORK/compare.log" 2>&1
+    rc=$?
+    cverdict=$("$VENV/bin/python" "$HERE/check_results.py" --compare "$WORK/results/cpu-compare" 2>&1)
+    if [ "$rc" -eq 0 ] && [ "${cverdict#ok}" != "$cverdict" ]; then
+        PARTS="$PARTS compare $cverdict, $(( $(date +%s) - T0 )) s;"
+        for step in serve again absent; do
+            T0=$(date +%s)
+            extra=()
+            if [ "$step" = absent ]; then
+                extra=(-e serve_state=absent)
+                # The service's session, read while it runs: after absent nothing of it may be left.
+                SERVICE_SID=$("$VENV/bin/python" -c 'import glob, json, os, sys
+doc = json.load(open(sorted(glob.glob(sys.argv[1] + "/*/serve.json"))[0]))
+print(os.getsid(int(doc["service"]["pid"])))' "$WORK/results/cpu-compare" 2>/dev/null)
+            fi
+            (cd "$ROOT" && timeout 1500 "$ANSIBLE_PLAYBOOK" playbooks/serve.yml -e "$CVARS" "${extra[@]}") > "$WORK/serve-$step.log" 2>&1
+            rc=$?
+            sverdict=$("$VENV/bin/python" "$HERE/check_results.py" --serve "$WORK/results/cpu-compare" "$step" 2>&1)
+            left=""
+            if [ "$step" = absent ]; then
+                left=$(left_of "sid:${SERVICE_SID:-}")
+                [ -n "${SERVICE_SID:-}" ] || left="the service's session was not found while it ran"
+                kill -0 "$BYSTANDER" 2>/dev/null || left="$left (the bystander $BYSTANDER died)"
+            fi
+            if [ "$rc" -eq 0 ] && [ "${sverdict#ok}" != "$sverdict" ] && [ -z "$left" ]; then
+                PARTS="$PARTS serve-$step $sverdict, $(( $(date +%s) - T0 )) s;"
+            else
+                PARTS="$PARTS serve-$step FAILED (rc $rc; ${sverdict#FAILED }; left: ${left:-nothing}) see $WORK/serve-$step.log;"
+                STATUS=1
+            fi
+        done
     else
-        PARTS="$PARTS $mode FAILED (rc $rc; ${verdict#FAILED }; left after teardown: ${left:-nothing}) see $WORK/bench-$mode.log;"
+        PARTS="$PARTS compare FAILED (rc $rc; ${cverdict#FAILED }) see $WORK/compare.log;"
         STATUS=1
     fi
-done
+fi
 summary "$STATUS" "sglang $SGLANG_VERSION on CPU ($CPU_NOTE, $(nproc) cores), kernel $HASH |${PARTS%;} | skipped: $(skipped_text) | $(date -u +%Y-%m-%d) | $(( $(date +%s) - START_S )) s"

@@ -1,8 +1,9 @@
-"""tests/sglang_cpu/run_real_sglang.sh without SGLang's source (issue 40, item 1): its arguments,
-the refusals before anything starts (no source, no CPU kernel in it, a kernel source older than
-the installed 0.5.23), the plan with what it skips and why, the kernel cache keyed by the source's
-hash, the launcher's one change to SGLang's argument resolution (against SGLang 0.5.23's own code
-in .venv-sglang), the results check, shellcheck. About 5-10 s, most of it importing SGLang. The end-to-end run needs the source,
+"""tests/sglang_cpu/run_real_sglang.sh without SGLang's source: its arguments, the refusals before
+anything starts (no source, no CPU kernel in it, no kernel package, a kernel source that matches no
+supported release or not the one named), the release picked from the kernel's signature, the plan
+with what it skips and why, the kernel cache keyed by the source's hash, the launcher's one change
+to SGLang's argument resolution (against SGLang 0.5.23's own code in .venv-sglang), the results
+check, shellcheck. About 5-10 s, most of it importing SGLang. The end-to-end run needs the source,
 which no package registry carries: it runs when SPECBENCH_SGLANG_SRC names a tree, and is the one
 skip tests/conftest.py allows in CI for it."""
 from __future__ import annotations
@@ -34,15 +35,22 @@ def _run(*args, **env) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
-def _source(tmp_path: Path, is_causal: bool = True) -> Path:
-    """A stand-in source tree: the kernel folder's layout and the one signature the script reads."""
-    kdir = tmp_path / "src" / "python" / "sglang" / "kernels" / "aot" / "csrc" / "cpu"
+ARGS = {19: "std::optional<at::Tensor> tree_mask", 20: "bool is_causal", 21: "bool extra_a", 22: "bool extra_b"}
+
+
+def _source(tmp_path: Path, args: int = 22) -> Path:
+    """A stand-in source tree: the kernel folder's layout, its Python package's marker, and the one
+    signature the script reads, with ``args`` arguments (19: 0.5.18, 20: 0.5.19, 22: 0.5.20-0.5.23)."""
+    root = tmp_path / f"src{args}"
+    kdir = root / "python" / "sglang" / "kernels" / "aot" / "csrc" / "cpu"
     kdir.mkdir(parents=True)
     (kdir / "CMakeLists.txt").write_text("project(common_ops)\n")
-    tail = "    std::optional<at::Tensor> tree_mask,\n    bool is_causal);\n" if is_causal else \
-        "    std::optional<at::Tensor> tree_mask);\n"
-    (kdir / "torch_extension_cpu.cpp").write_text("void extend_attention_cpu(\n    at::Tensor& q_extend,\n" + tail)
-    return tmp_path / "src"
+    params = [f"    at::Tensor& a{i}" for i in range(18)] + [f"    {ARGS[n]}" for n in range(19, args + 1)]
+    (kdir / "torch_extension_cpu.cpp").write_text("void extend_attention_cpu(\n" + ",\n".join(params) + ");\n")
+    package = root / "python" / "sglang" / "kernels" / "aot" / "python" / "sgl_kernel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    return root
 
 
 def _last(done: subprocess.CompletedProcess) -> str:
@@ -50,7 +58,7 @@ def _last(done: subprocess.CompletedProcess) -> str:
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    ([], "NOT RUN: give the path of SGLang's source tree at the commit of 0.5.23"),
+    ([], "NOT RUN: give the path of SGLang's source tree (a release from 0.5.18 to 0.5.23"),
     (["/nonexistent/sglang"], "NOT RUN: the source tree /nonexistent/sglang is not a folder"),
     (["--frobnicate"], "NOT RUN: unknown argument --frobnicate"),
     (["--venv"], "NOT RUN: --venv needs a value"),
@@ -60,16 +68,41 @@ def test_bad_arguments_name_the_problem(args, needle):
     assert done.returncode == 2 and _last(done).startswith(f"run_real_sglang: {needle}"), done.stdout
 
 
-def test_a_tree_without_the_kernel_or_with_an_older_one_is_refused_before_anything_starts(tmp_path):
+def test_a_tree_without_the_kernel_or_of_no_supported_release_is_refused_before_anything_starts(tmp_path):
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))
     before = set(tmp.glob("specbench-sglang-cpu-*"))
     (tmp_path / "empty").mkdir()
     done = _run(str(tmp_path / "empty"))
     assert done.returncode == 2 and "holds no CPU kernel source" in _last(done)
-    done = _run(str(_source(tmp_path, is_causal=False)))
+    done = _run(str(_source(tmp_path, 21)))
     assert done.returncode == 2
-    assert "its extend_attention_cpu lacks is_causal, which the installed sglang 0.5.23 passes" in _last(done)
+    assert "extend_attention_cpu takes 21 arguments, which no supported release (0.5.18 to 0.5.23)" in _last(done)
+    # A release named that the source is not: refused, naming what the source matches.
+    done = _run(str(_source(tmp_path, 19)), "--sglang-version", "0.5.23")
+    assert done.returncode == 2 and "the kernel source is not 0.5.23's: its extend_attention_cpu takes 19" in _last(done)
+    assert "it matches 0.5.18" in _last(done)
+    done = _run(str(_source(tmp_path, 22)), "--sglang-version", "0.5.17")
+    assert done.returncode == 2 and "--sglang-version 0.5.17 is not a supported release (0.5.18 to 0.5.23)" in _last(done)
+    # The C++ without its Python package (sgl_kernel's wrappers, which sglang imports): refused.
+    bare = _source(tmp_path / "bare", 22)
+    shutil.rmtree(bare / "python" / "sglang" / "kernels" / "aot" / "python")
+    done = _run(str(bare))
+    assert done.returncode == 2 and "not its Python package sgl_kernel" in _last(done)
     assert set(tmp.glob("specbench-sglang-cpu-*")) == before, "a work folder was made before the checks"
+
+
+@pytest.mark.parametrize(("args", "extra", "release", "torch"), [
+    (19, [], "0.5.18", "2.13.0"),
+    (20, [], "0.5.19", "2.13.0"),
+    (22, [], "0.5.23", "2.14.1"),
+    (22, ["--sglang-version", "0.5.20"], "0.5.20", "2.13.0"),
+])
+def test_the_release_is_picked_by_the_kernels_signature(tmp_path, args, extra, release, torch):
+    done = _run(str(_source(tmp_path, args)), "--plan", *extra, "--cache", str(tmp_path / "cache"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"takes {args} arguments in extend_attention_cpu: sglang {release}" in done.stdout
+    assert f"plan: venv {ROOT}/.venv-sglang-cpu-{release}: " in done.stdout
+    assert f"(torch {torch} CPU wheel, sglang {release} --no-deps" in done.stdout
 
 
 def test_the_plan_names_what_runs_what_is_skipped_and_the_kernel_cache_key(tmp_path):
@@ -81,7 +114,8 @@ def test_the_plan_names_what_runs_what_is_skipped_and_the_kernel_cache_key(tmp_p
     out = done.stdout
     key = next(line for line in out.splitlines() if "sha256 key" in line).split("sha256 key ")[1].rstrip(")")
     assert f"plan: kernel {cache}/{key}: to build" in out
-    assert f"plan: venv {tmp_path / 'venv'}: to build (torch 2.13.0 CPU wheel, sglang 0.5.23 --no-deps" in out
+    assert f"plan: venv {tmp_path / 'venv'}: to build (torch 2.14.1 CPU wheel, sglang 0.5.23 --no-deps" in out
+    assert "plan: compare.yml baseline against ngram and standalone at C=1,4,16; serve.yml, serve.yml again" in out
     assert "plan: bench.yml engine=sglang on the tiny models, modes: baseline ngram standalone" in out
     assert "skipped: eagle, eagle3, nextn, eagle3-adaptive: they need an EAGLE/EAGLE-3/MTP head" in out
     assert _last(done).startswith("run_real_sglang: PLAN ONLY (nothing started)")
@@ -98,8 +132,9 @@ def test_the_plan_names_what_runs_what_is_skipped_and_the_kernel_cache_key(tmp_p
     with (src / "python/sglang/kernels/aot/csrc/cpu/CMakeLists.txt").open("a") as handle:
         handle.write("# changed\n")
     assert f"sha256 key {key})" not in _run(str(src), "--plan", "--cache", str(cache)).stdout
-    done = _run(str(src), "--plan", "--skip-bench", "--modes", "baseline")
+    done = _run(str(src), "--plan", "--skip-bench", "--skip-serve", "--modes", "baseline")
     assert "modes: none" in _last(done) and "part 5, every mode (--skip-bench)" in _last(done)
+    assert "parts 6 and 7, compare and serve (--skip-serve)" in _last(done)
     done = _run(str(src), "--plan", "--modes", "eagle3")
     assert done.returncode == 2 and "mode eagle3 cannot run on a tiny model here" in _last(done)
 
@@ -141,8 +176,23 @@ def test_the_results_check():
     metrics_only = dict(level, accept_length_source="/metrics over the window")
     assert "accept length 2.7 (/metrics over the window)" in check_results.verdict(dict(doc, levels=[metrics_only]),
                                                                                    "ngram")
+    # A release without per-request details on the chat API (0.5.18): the fallback the product takes is right.
+    assert check_results.verdict(dict(doc, levels=[metrics_only]), "ngram", "0.5.18") == \
+        "ok (107 tok/s at C=1/4, accept 2.70 from /metrics)"
+    assert "accept length 2.7 (/metrics" in check_results.verdict(dict(doc, levels=[metrics_only]), "ngram", "0.5.19")
     failed = dict(doc, server={"post_launch_check": {"ok": False, "mismatches": ["speculative_algorithm"]}})
     assert check_results.verdict(failed, "ngram").startswith("FAILED post-launch check ['speculative_algorithm']")
+    summary = {"recommendation": "Speculate (ngram) ...", "status": "complete", "comparisons": {
+        "ngram": {"levels": [{"concurrency": 1, "verdict": "pays", "speedup": 2.41},
+                             {"concurrency": 16, "verdict": "unclear", "speedup": None}]}}}
+    assert check_results.compare_verdict(summary) == "ok (ngram: C=1 pays 2.41x, C=16 unclear; status complete)"
+    summary["comparisons"]["ngram"]["levels"][1]["verdict"] = None
+    assert check_results.compare_verdict(summary) == "FAILED ngram C=16: no verdict"
+    served = {"mode": "ngram", "service": {"pid": 7}, "verified": True, "state": "serving",
+              "levels": [{"concurrency": 1, "verdict": "matches", "ratio": 1.01}]}
+    assert check_results.serve_verdict(served, "serve") == "ok (ngram pid 7: C=1 matches 1.01; verified True)"
+    assert check_results.serve_verdict(served, "absent").startswith("FAILED state serving")
+    assert check_results.serve_verdict(dict(served, state="retired"), "absent") == "ok (retired)"
 
 
 def test_shellcheck():

@@ -7,8 +7,8 @@ Each check returns problems as sentences naming what is wrong and the fix:
   offline, a snapshot in the Hugging Face cache);
 * :func:`check_disk`: free disk where the server writes;
 * :func:`check_gpus`: the tensor-parallel size fits the GPUs visible;
-* :func:`check_version`: the installed SGLang is the version the mode flags were checked for
-  (compared on the public version, so the emulator's ``0.5.23+specbench-emulator`` is 0.5.23).
+* :func:`check_version`: the installed SGLang is a supported release (versions.py), or the one the
+  user named (compared on the public version, so the emulator's ``0.5.23+specbench-emulator`` is 0.5.23).
 """
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ import os
 import re
 import shutil
 import subprocess
+
+from ansible_collections.specbench.core.plugins.module_utils.engines.sglang.versions import (
+    NEWEST,
+    RANGE,
+    public_version,
+    unsupported,
+)
 
 VERSION_PROBE = (
     "import importlib.metadata as m\n"
@@ -100,11 +107,6 @@ def check_gpus(tp_size: int, visible: int | None, how: str) -> list[str]:
     return []
 
 
-def public_version(version: str) -> str:
-    """The PEP 440 public part: 0.5.23+specbench-emulator -> 0.5.23."""
-    return str(version).split("+", 1)[0].strip()
-
-
 def installed_sglang(python: str, env: dict | None = None, timeout: float = 60) -> str | None:
     """The version of SGLang ``python`` would import (read from its metadata, SGLang not imported)."""
     try:
@@ -120,13 +122,24 @@ def installed_sglang(python: str, env: dict | None = None, timeout: float = 60) 
 
 
 def check_version(installed: str | None, expected: str, python: str) -> list[str]:
-    if not expected:
-        return []
+    """The installed SGLang is a supported release (``expected`` empty), or exactly ``expected``.
+
+    An ``expected`` outside the supported table is the user's own choice (a newer release they
+    checked themselves): it is held exactly, and the flags are still checked against the node's
+    own parser at launch."""
+    wanted = f"sglang=={expected}" if expected else f"a supported SGLang ({RANGE})"
     if installed is None:
-        return [f"{python} has no SGLang installed: install sglang=={expected} for it, or set sglang_python to the "
+        return [f"{python} has no SGLang installed: install {wanted} for it, or set sglang_python to the "
                 "interpreter that has it."]
-    if public_version(installed) != public_version(expected):
-        return [f"SGLang {installed} is installed here ({python}), but the modes' flags were checked for SGLang "
-                f"{expected}: install sglang=={expected}, or check every mode's flags against {installed} (the flag "
-                f"check runs at launch) and then set sglang_server_expected_version: \"{public_version(installed)}\"."]
+    if expected:
+        if public_version(installed) != public_version(expected):
+            return [f"SGLang {installed} is installed here ({python}), but sglang_server_expected_version is "
+                    f"{expected}: install sglang=={expected}, or set sglang_server_expected_version to "
+                    f"\"{public_version(installed)}\" (or to \"\" for any supported release: {RANGE})."]
+        return []
+    refused = unsupported(installed)
+    if refused:
+        return [f"{refused}, installed here ({python}): install one of them (sglang=={NEWEST} is the newest), or, "
+                f"having checked the modes' flags against {public_version(installed)} yourself, set "
+                f"sglang_server_expected_version: \"{public_version(installed)}\"."]
     return []
