@@ -27,6 +27,10 @@ description:
   - A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
     its own reference, measured at another time) that reads clearly slower or faster says the node changed: the
     level reads unclear with C(node_changed), and no C(action) follows from it.
+  - A proof in place (the server of an earlier look, nothing relaunched) is first held to that look: the same
+    process serving the same configuration is its own yardstick, and a level whose rate moved clearly since says
+    the node changed since its references were measured (C(moved_since_look)): that level of this look makes no
+    claim and is not combined.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -256,9 +260,10 @@ def main():
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    previous = (sequence["looks"] or [{}])[-1].get("server") or {}
-    in_place = bool(previous.get("pid")) and previous.get("pid") == server.get("pid") \
-        and previous.get("starttime") == server.get("starttime")
+    # A proof in place (the server of an earlier look): first check the node is as it was at that look.
+    earlier = cmp.same_server_look(sequence, server)
+    in_place = earlier is not None
+    cmp.check_unmoved(rows, earlier, cmp.look_alpha(look))
     sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place)]
     cmp.apply_looks(rows, sequence["looks"], p["margin"], p["plan"])
     store["sequences"][key] = sequence

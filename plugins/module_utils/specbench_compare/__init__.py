@@ -97,6 +97,7 @@ from .serve_proof import (
     ON_REGRESSION,
     apply_looks,
     best_static,
+    check_unmoved,
     ignored_schedule,
     look_alpha,
     look_record,
@@ -108,6 +109,7 @@ from .serve_proof import (
     reference_modes,
     regression_action,
     rollback_mode,
+    same_server_look,
     self_referenced,
     sequence_key,
 )
@@ -158,5 +160,5 @@ __all__ = [
     "launch_floor_key", "launch_floor_text", "load_host_runs", "look_alphas", "merge_looks", "plan_round", "rounds_done",
     "runs_at_look", "sequential_method_text", "FLEET_METHOD", "fleet_kinds", "node_kind",
     "combine_looks", "read_interval", "open_look_alpha", "LOOKS_METHOD", "apply_looks", "look_alpha", "look_record",
-    "next_look", "read_looks", "self_referenced", "sequence_key",
+    "next_look", "read_looks", "self_referenced", "sequence_key", "check_unmoved", "same_server_look",
 ]

@@ -35,11 +35,11 @@ import statistics
 
 from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
-from .intervals import level_figures, ratio_ci
+from .intervals import family_ci, level_figures, ratio_ci
 from .launch_noise import widen_proof, within_interval
 from .proof_rule import BETTER, UNCLEAR, WORSE, combine_looks, family_proof_verdicts, proof_references
 from .sequential import open_look_alpha
-from .verdict import FAMILY_ALPHA, level_failure, level_saturation
+from .verdict import FAMILY_ALPHA, family_z, level_failure, level_saturation
 
 ON_REGRESSION = ("rollback", "keep", "fail")
 
@@ -333,11 +333,51 @@ def read_looks(path: str, warnings: list[str]) -> dict:
 def look_record(rows: list[dict], look: int, at: str, server: dict, in_place: bool) -> dict:
     """What the sequence keeps of one look: when, on which server launch, at which share of the error rate, and
     each level's own verdict and simultaneous interval (``proof_rows`` at ``look_alpha(look)``)."""
-    keep = ("concurrency", "served_tok_per_s", "best_static_mode", "best_static_tok_per_s", "reference_now",
-            "ratio", "ratio_ci95", "ratio_ci_family", "verdict")
+    keep = ("concurrency", "served_tok_per_s", "served_ci95", "best_static_mode", "best_static_tok_per_s",
+            "reference_now", "ratio", "ratio_ci95", "ratio_ci_family", "verdict", "moved_since_look")
     return {"look": look, "at": at, "alpha": round(look_alpha(look), 6), "in_place": bool(in_place),
             "server": {"pid": server.get("pid"), "starttime": server.get("starttime")},
             "levels": [{k: row.get(k) for k in keep} for row in rows]}
+
+
+def same_server_look(sequence: dict | None, server: dict) -> dict | None:
+    """The first look of ``sequence`` taken on ``server`` (the same process: pid and start time), None when none
+    was: a proof in place is compared with it before it is combined (``check_unmoved``)."""
+    for look in (sequence or {}).get("looks") or []:
+        then = look.get("server") or {}
+        if then.get("pid") and then.get("pid") == server.get("pid") and then.get("starttime") == server.get("starttime"):
+            return look
+    return None
+
+
+def check_unmoved(rows: list[dict], earlier: dict | None, alpha: float) -> list[int]:
+    """A proof in place (the server of an earlier look, nothing relaunched) is held to references measured when
+    that server was launched, at another time: first check the node is as it was then. The same process serving
+    the same configuration at the same level is its own yardstick: its rate now over its rate at ``earlier``
+    (``ratio_ci``, simultaneous over the levels at this look's ``alpha``). A level where it moved clearly says
+    the node changed since the references were measured: that level of this look makes no claim (verdict
+    unclear, no interval: the sequence does not combine it) and carries ``moved_since_look``. Returns those
+    levels."""
+    if not earlier:
+        return []
+    then = {lv["concurrency"]: lv for lv in earlier.get("levels") or []}
+    pairs = []
+    for row in rows:
+        old = then.get(row["concurrency"]) or {}
+        ratio, ci = ratio_ci(row.get("served_tok_per_s"), row.get("served_ci95"), old.get("served_tok_per_s"),
+                             old.get("served_ci95"))
+        if ratio and ci:
+            pairs.append((row, ratio, ci))
+    z = family_z(len(pairs), alpha)
+    moved = []
+    for row, ratio, ci in pairs:
+        lo, hi = family_ci(ratio, ci, z)
+        if hi < 1.0 or lo > 1.0:
+            row["moved_since_look"] = earlier.get("look")
+            row["moved_ratio_ci_family"] = _rnd_pair([lo, hi])
+            row["ratio_ci_family"], row["verdict"] = None, UNCLEAR
+            moved.append(row["concurrency"])
+    return moved
 
 
 def self_referenced(row: dict, plan: dict) -> bool:
@@ -354,7 +394,8 @@ def apply_looks(rows: list[dict], looks: list[dict], margin: float, plan: dict) 
 
     A level held against the configuration's own measurement at another time (``self_referenced``) that reads
     clearly slower or faster says the node is not what it was when the run measured it, not that the
-    configuration regressed: ``node_changed``, the verdict unclear (never a rollback)."""
+    configuration regressed: ``node_changed``, the verdict unclear (never a rollback). A level where a proof in
+    place found the node moved (``check_unmoved``) is ``node_changed`` too; its verdict is the earlier looks'."""
     combined = combine_looks(looks, margin)
     for row in rows:
         cell = combined.get(row["concurrency"]) or {}
@@ -364,11 +405,16 @@ def apply_looks(rows: list[dict], looks: list[dict], margin: float, plan: dict) 
         row["looks"] = cell.get("looks", 0)
         row["look_verdicts"] = cell.get("verdicts", [])
         row["looks_disagree"] = bool(cell.get("disagree"))
-        row["node_changed"] = row["verdict"] in (WORSE, BETTER) and self_referenced(row, plan)
-        if row["node_changed"]:
+        own = row["verdict"] in (WORSE, BETTER) and self_referenced(row, plan)
+        row["node_changed"] = own or bool(row.get("moved_since_look"))
+        if own:
             row["verdict"] = UNCLEAR
             row["why"] = ("the node changed: clearly " + ("slower" if cell.get("verdict") == WORSE else "faster")
                           + " than the run's own measurement of this configuration")
+        elif row.get("moved_since_look"):
+            # This look makes no claim here (check_unmoved); the earlier looks' combined verdict stands.
+            row["why"] = (f"the node changed since look {row['moved_since_look']}: the served server's own rate moved "
+                          "clearly, so the references measured at its launch are not comparable now")
         elif row["looks_disagree"]:
             row["why"] = "the looks' intervals lie apart: the node changed between them"
     return rows
