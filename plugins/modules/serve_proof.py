@@ -19,15 +19,18 @@ description:
     the configuration served). With C(keep), a clearly worse level is a warning on the console.
   - One port, one current claim - every other run's C(serve.json) on this host that still says it is
     served at the same address is retired (C(state=retired)), its proof kept.
-  - Every proof of one configuration on one node (held to the same references) is a look of one sequence, kept in
+  - >-
+    Every proof of one configuration on one node (held to the same references) is a look of one sequence, kept in
     C(<results_dir>/<run_id>/<host>/serve-looks.json) (written first, atomically) and in C(serve.json)'s C(looks):
     look k spends alpha * 6 / (pi^2 k^2) of the family-wise 5%, and each level's verdict reads the intersection of
     its looks' simultaneous intervals (C(specbench_compare.combine_looks)), so a re-run adds evidence and never
     replaces it.
-  - A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
+  - >-
+    A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
     its own reference, measured at another time) that reads clearly slower or faster says the node changed: the
     level reads unclear with C(node_changed), and no C(action) follows from it.
-  - A proof in place (the server of an earlier look, nothing relaunched) is first held to that look: the same
+  - >-
+    A proof in place (the server of an earlier look, nothing relaunched) is first held to that look: the same
     process serving the same configuration is its own yardstick, and a level whose rate moved clearly since says
     the node changed since its references were measured (C(moved_since_look)): that level of this look makes no
     claim and is not combined.
