@@ -635,6 +635,7 @@ def scen_fleet(runs: int, rng: random.Random) -> None:
 
 
 SERVE_LEVELS = [1, 4, 16]  # the levels of the issue's runs on vLLM's CPU build
+REF_GAP = 0.1  # a look's reference launch precedes its served launch by this share of the time between looks
 
 
 def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: float, drift: float, design: str,
@@ -642,8 +643,8 @@ def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: floa
     """One configuration proved ``looks`` times on one node, the rule serve_proof applies (proof_rows at each look's
     share, check_unmoved for a look in place, look_record, apply_looks); returns each look's rows, combined.
 
-    The node's speed walks between looks (log sd ``drift`` per look, half of it between a look's reference launch
-    and its served launch); every launch has its own effect (log sd ``launch_sd``); windows +-``half``. design
+    The node's speed walks between looks (log sd ``drift`` per look, sqrt(REF_GAP) of it between a look's reference
+    launch and its served launch); every launch has its own effect (log sd ``launch_sd``); windows +-``half``. design
     ``relaunch``: every look a launch of its own, its reference (the static counterpart) measured again just before
     it (serve_measure_references); ``in place``: look 1 so, the later looks on the same server (a re-run of a proof
     that did not verify), held to look 1's references."""
@@ -654,7 +655,9 @@ def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: floa
         if k > 1:
             speed += rng.gauss(0.0, drift)
         if design == "relaunch" or k == 1:
-            ref_at = speed - rng.gauss(0.0, drift / 2) if drift else speed
+            # The reference launch a tenth of the time between looks before the served one (a random walk: sd
+            # drift x sqrt(0.1)), a drift the node's floor, measured within compare runs, does not hold.
+            ref_at = speed - rng.gauss(0.0, drift * math.sqrt(REF_GAP)) if drift else speed
             refs = {"ngram": sweep(rng, "ngram", {c: 100.0 * c * math.exp(ref_at) for c in SERVE_LEVELS}, half,
                                    launch_sd, 1)}
             effect, pid = rng.gauss(0.0, launch_sd), pid + 1
@@ -673,7 +676,8 @@ def scen_serve(runs: int, rng: random.Random) -> None:
     print("== serve: one configuration proved 1-5 times in a row on one node (serve_proof's sequence: look k at "
           "5% x 6/(pi^2 k^2), the looks' simultaneous intervals intersected), C=" + ",".join(map(str, SERVE_LEVELS))
           + ", +-2% windows, the node's floor from the compare run (A B B A, 2 degrees of freedom besides the prior) "
-          "or from 3 runs, the node's speed drifting between looks (log sd per look), each launch its own effect; "
+          "or from 3 runs, the node's speed drifting between looks (log sd per look; a look's reference launch a tenth of "
+          "that time before its served launch), each launch its own effect; "
           "relaunch: every look a launch with its references measured again just before it; in place: the later "
           "looks on look 1's server and references. equal: share of sequences reading worse or better at any level "
           "after any of the 5 looks (target <= 5%); 10% slower: share reading worse somewhere by look 1, 2, 3, 5 "
