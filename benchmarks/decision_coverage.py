@@ -31,6 +31,10 @@ share of the error rate):
              share that reads loses at every level from C=5
   fleet      one verdict per kind of node from 2, 4 and 8 nodes (fleet.fleet_kinds): a tie's claims, coverage,
              power at 1.10x, node-to-node sd 0 and 5%
+  serve      the serve proof's sequence: one configuration proved 1-5 times (re-runs, relaunches), the node
+             drifting between looks, launch sd 2% and 5%: an equal configuration's claims anywhere over the
+             5 looks (target <= 5%), a 10% slower one caught by look 1, 2, 3, 5 (target >= 80% by look 3);
+             one machine-readable line per cell
 
   tie        speedup exactly 1.00 at the seeds' 8 levels: share of runs with any claim (a level that
              pays or loses, a crossing, a speculation range), at +-2% and +-25% per level
@@ -630,12 +634,82 @@ def scen_fleet(runs: int, rng: random.Random) -> None:
                   flush=True)
 
 
+SERVE_LEVELS = [1, 4, 16]  # the levels of the issue's runs on vLLM's CPU build
+REF_GAP = 0.1  # a look's reference launch precedes its served launch by this share of the time between looks
+
+
+def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: float, drift: float, design: str,
+                   floor: dict | None, half: float = 0.02) -> list[dict]:
+    """One configuration proved ``looks`` times on one node, the rule serve_proof applies (proof_rows at each look's
+    share, check_unmoved for a look in place, look_record, apply_looks); returns each look's rows, combined.
+
+    The node's speed walks between looks (log sd ``drift`` per look, sqrt(REF_GAP) of it between a look's reference
+    launch and its served launch); every launch has its own effect (log sd ``launch_sd``); windows +-``half``. design
+    ``relaunch``: every look a launch of its own, its reference (the static counterpart) measured again just before
+    it (serve_measure_references); ``in place``: look 1 so, the later looks on the same server (a re-run of a proof
+    that did not verify), held to look 1's references."""
+    plan = {"mode": "ngram", "schedule": [[1, 1, 4]]}
+    speed = 0.0
+    kept, out, refs, effect, pid = [], [], None, 0.0, 0
+    for k in range(1, looks + 1):
+        if k > 1:
+            speed += rng.gauss(0.0, drift)
+        if design == "relaunch" or k == 1:
+            # The reference launch a tenth of the time between looks before the served one (a random walk: sd
+            # drift x sqrt(0.1)), a drift the node's floor, measured within compare runs, does not hold.
+            ref_at = speed - rng.gauss(0.0, drift * math.sqrt(REF_GAP)) if drift else speed
+            refs = {"ngram": sweep(rng, "ngram", {c: 100.0 * c * math.exp(ref_at) for c in SERVE_LEVELS}, half,
+                                   launch_sd, 1)}
+            effect, pid = rng.gauss(0.0, launch_sd), pid + 1
+        served = result("ngram-sched", [level(c, 100.0 * c * truth * math.exp(speed + effect + rng.gauss(0.0, half / Z)),
+                                              half) for c in SERVE_LEVELS])
+        rows = cmp.proof_rows(served, refs, 0.1, "ngram", launch_floor=floor, alpha=cmp.look_alpha(k))
+        server = {"pid": pid, "starttime": pid}
+        earlier = next((lo for lo in kept if lo["server"]["pid"] == pid), None)
+        cmp.check_unmoved(rows, earlier, cmp.look_alpha(k))
+        kept.append(cmp.look_record(rows, k, f"look{k}", server, earlier is not None))
+        out.append(cmp.apply_looks(rows, kept, 0.1, plan))
+    return out
+
+
+def scen_serve(runs: int, rng: random.Random) -> None:
+    print("== serve: one configuration proved 1-5 times in a row on one node (serve_proof's sequence: look k at "
+          "5% x 6/(pi^2 k^2), the looks' simultaneous intervals intersected), C=" + ",".join(map(str, SERVE_LEVELS))
+          + ", +-2% windows, the node's floor from the compare run (A B B A, 2 degrees of freedom besides the prior) "
+          "or from 3 runs, the node's speed drifting between looks (log sd per look; a look's reference launch a tenth of "
+          "that time before its served launch), each launch its own effect; "
+          "relaunch: every look a launch with its references measured again just before it; in place: the later "
+          "looks on look 1's server and references. equal: share of sequences reading worse or better at any level "
+          "after any of the 5 looks (target <= 5%); 10% slower: share reading worse somewhere by look 1, 2, 3, 5 "
+          "(target >= 80% by look 3)")
+    n = max(1, runs)
+    for floor_runs in (1, 3):
+        for launch_sd in (0.02, 0.05):
+            for drift in (0.0, 0.05):
+                for design in ("relaunch", "in place"):
+                    claims = 0
+                    caught = [0] * 5
+                    for _ in range(n):
+                        floor = node_floor(rng, floor_runs, launch_sd)
+                        seq = serve_sequence(rng, 1.0, 5, launch_sd, drift, design, floor)
+                        claims += any(r["verdict"] in ("worse", "better") for rows in seq for r in rows)
+                        seq = serve_sequence(rng, 0.9, 5, launch_sd, drift, design, floor)
+                        first = next((j for j, rows in enumerate(seq) if any(r["verdict"] == "worse" for r in rows)), 5)
+                        for j in range(first, 5):
+                            caught[j] += 1
+                    print(f"serve floor_runs={floor_runs} launch_sd={launch_sd:.2f} drift={drift:.2f} "
+                          f"design={design.replace(' ', '_')} runs={n} equal_claims={claims / n:.3f} "
+                          f"slower_caught_by_look1={caught[0] / n:.3f} look2={caught[1] / n:.3f} "
+                          f"look3={caught[2] / n:.3f} look5={caught[4] / n:.3f}", flush=True)
+
+
 SCENARIOS = {
     "power": scen_power,
     "sequential": scen_sequential,
     "drift": scen_drift,
     "embedded": scen_embedded,
     "fleet": scen_fleet,
+    "serve": scen_serve,
     "tie": scen_tie,
     "launch": scen_launch,
     "floor": scen_floor,

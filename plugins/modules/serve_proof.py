@@ -19,6 +19,21 @@ description:
     the configuration served). With C(keep), a clearly worse level is a warning on the console.
   - One port, one current claim - every other run's C(serve.json) on this host that still says it is
     served at the same address is retired (C(state=retired)), its proof kept.
+  - >-
+    Every proof of one configuration on one node (held to the same references) is a look of one sequence, kept in
+    C(<results_dir>/<run_id>/<host>/serve-looks.json) (written first, atomically) and in C(serve.json)'s C(looks):
+    look k spends alpha * 6 / (pi^2 k^2) of the family-wise 5%, and each level's verdict reads the intersection of
+    its looks' simultaneous intervals (C(specbench_compare.combine_looks)), so a re-run adds evidence and never
+    replaces it.
+  - >-
+    A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
+    its own reference, measured at another time) that reads clearly slower or faster says the node changed: the
+    level reads unclear with C(node_changed), and no C(action) follows from it.
+  - >-
+    A proof in place (the server of an earlier look, nothing relaunched) is first held to that look: the same
+    process serving the same configuration is its own yardstick, and a level whose rate moved clearly since says
+    the node changed since its references were measured (C(moved_since_look)): that level of this look makes no
+    claim and is not combined.
 author:
   - specbench developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -86,6 +101,14 @@ options:
         another load; one not found there (its launch failed) falls back to the run's, with a warning.
       - Unset, every reference is the run's measurement.
     type: path
+  noise_floor_prior_sd:
+    description: The stated prior on the node's launch sd (as compare.yml's C(compare_noise_floor_prior_sd)).
+    type: float
+    default: 0.03
+  noise_floor_prior_df:
+    description: The prior's strength in degrees of freedom (as compare.yml's C(compare_noise_floor_prior_df)).
+    type: int
+    default: 2
 attributes:
   check_mode:
     support: full
@@ -136,6 +159,10 @@ rollback_plan:
     configuration other than the one served.
   returned: success
   type: dict
+look:
+  description: The number of this proof in its configuration's sequence (1 for the first).
+  returned: success
+  type: int
 retired:
   description: The other runs whose serve.json on this host was retired (they claimed the same address).
   returned: success
@@ -171,6 +198,8 @@ def main():
             "asked_for": {"type": "bool", "default": False},
             "noise_floor_max_age_days": {"type": "float", "default": 30.0},
             "references_dir": {"type": "path"},
+            "noise_floor_prior_sd": {"type": "float", "default": 0.03},
+            "noise_floor_prior_df": {"type": "int", "default": 2},
         },
         supports_check_mode=True,
     )
@@ -211,16 +240,42 @@ def main():
         held_to = {**results, **fresh}
     # The served sweep is one launch, its references other launches (just before it, or the compare run's): the
     # node's noise floor (the compare run's own part included) holds that variation in every ratio.
-    floor = cmp.launch_node_floor(p["results_dir"], p["host"], p["noise_floor_max_age_days"], warnings)
+    # Read only where it was measured on this node's engine, model and GPUs (the compare run's own key).
+    floor = cmp.launch_node_floor(p["results_dir"], p["host"], p["noise_floor_max_age_days"], warnings,
+                                  key=cmp.launch_floor_key(results), prior_sd=p["noise_floor_prior_sd"],
+                                  prior_df=p["noise_floor_prior_df"])
+    # This proof is one look of its configuration's sequence on this node: the earlier looks are read first.
+    looks_path = os.path.join(host_dir, "serve-looks.json")
+    try:
+        store = cmp.read_looks(looks_path, warnings)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
+    key = cmp.sequence_key(p["plan"], p["reference"], p["asked_for"])
+    sequence = store["sequences"].get(key) or {"mode": p["plan"].get("mode"), "plan": p["plan"],
+                                               "reference": p["reference"] or None, "looks": []}
+    look = cmp.next_look(sequence)
+    server = p["server"]
     try:
         rows = cmp.proof_rows(served, held_to, p["margin"], p["reference"], references or chosen,
                               (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE,
-                              launch_floor=floor, measured_now=set(fresh), judge_plan=bool(references))
+                              launch_floor=floor, measured_now=set(fresh), judge_plan=bool(references),
+                              alpha=cmp.look_alpha(look))
     except ValueError as exc:
         module.fail_json(msg=str(exc))
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # A proof in place (the server of an earlier look): first check the node is as it was at that look.
+    earlier = cmp.same_server_look(sequence, server)
+    in_place = earlier is not None
+    cmp.check_unmoved(rows, earlier, cmp.look_alpha(look))
+    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place)]
+    cmp.apply_looks(rows, sequence["looks"], p["margin"], p["plan"])
+    store["sequences"][key] = sequence
+    if not module.check_mode:
+        report.write_atomic(looks_path, report.dump_json(store))
     verdict = cmp.proof_verdict(rows)
     action = cmp.regression_action(rows, p["on_regression"])
-    server = p["server"]
+    if verdict["changed"] or verdict["disagree"]:
+        warnings.append(f"{p['plan'].get('mode')}: {verdict['text'].split(': ', 1)[-1]}")
     doc = {
         "schema": SCHEMA,
         "run_id": p["run_id"],
@@ -249,13 +304,18 @@ def main():
                                       "NOT held: this node has no noise floor, so a ratio's interval holds the two "
                                       "windows alone; a launch-to-launch difference may read as a regression")},
         "levels": rows,
+        "sequence": {"key": key, "look": look, "looks": len(sequence["looks"]), "file": os.path.basename(looks_path),
+                     "method": cmp.LOOKS_METHOD},
+        "looks": sequence["looks"],
+        "node_changed": verdict["changed"],
+        "looks_disagree": verdict["disagree"],
         "verified": verdict["verified"],
         "text": verdict["text"],
         "on_regression": p["on_regression"],
         "action": action,
         "proof_file": os.path.relpath(p["served_file"], host_dir),
         "state": cmp.SERVED,
-        "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "written_at": now,
     }
     if p["attempt"]:
         doc["rolled_back_from"] = p["attempt"]
@@ -282,6 +342,7 @@ def main():
     for text in warnings:
         module.warn(text)
     module.exit_json(changed=not module.check_mode, doc=doc, path=path, verified=verdict["verified"], action=action,
+                     look=look,
                      rollback_mode=static, rollback_plan=cmp.rollback_plan(static, p["plan"]), retired=retired)
 
 

@@ -13,8 +13,11 @@ own results folder, all in one module-scoped fixture, in the order an infra team
    measured, served and proved against the best static mode at each level; where it is clearly
    slower (C=64) the play fails with serve.json written and the service running;
 4. the same again: a failed proof is never up to date: proved again on the server that runs it
-   (nothing relaunched), failing again with the same reason (and, were the proof verified,
-   nothing would change);
+   (nothing relaunched), as the second look of the configuration's sequence: serve.json keeps both
+   looks with their times, and its verdicts are the looks combined (the intersection of their
+   simultaneous intervals), held to the references measured just before its launch as look 1 was, a
+   level whose own rate moved since look 1 reading "the node changed" and adding no claim (and, were
+   the proof verified, nothing would change);
    then the same once more with another build of the engine on the node (the emulator's reported
    version 0.5.23+specbench-emulator.1): refused in the preflight naming both versions, nothing
    touched, the service still running;
@@ -167,6 +170,34 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
         assert (again.rc == 0) == (second["action"] is None), again.stdout[-6000:]
         if doc["worse"] and second["worse"]:
             assert "clearly slower than its reference" in again.stdout
+        # One sequence, two looks: the first kept as it was written, the second taken in place with its time.
+        assert doc["sequence"]["look"] == 1 and len(doc["looks"]) == 1
+        assert second["sequence"]["key"] == doc["sequence"]["key"] and second["sequence"]["look"] == 2
+        assert second["looks"][0] == doc["looks"][0] and len(second["looks"]) == 2
+        assert second["looks"][1]["in_place"] is True and second["looks"][1]["at"] == second["written_at"]
+        assert second["looks"][1]["alpha"] == pytest.approx(doc["looks"][0]["alpha"] / 4, rel=1e-3)
+        stored = json.loads((host_dir(tmp) / "serve-looks.json").read_text())["sequences"][doc["sequence"]["key"]]
+        assert stored["looks"][:2] == second["looks"]
+        # The verdict is the combined one: each level's looks' intervals intersected.
+        combined = cmp.combine_looks(second["looks"], second["margin"])
+        for row in second["levels"]:
+            cell = combined[row["concurrency"]]
+            assert row["look_verdicts"] == cell["verdicts"] and row["verdict_look"] == cell["verdicts"][-1]
+            if row.get("moved_since_look"):  # eagle3's own rate moved since look 1: this look makes no claim here
+                assert row["moved_since_look"] == 1 and row["node_changed"] and row["verdict"] == cell["verdict"]
+                assert second["looks"][1]["levels"][second["levels"].index(row)]["ratio_ci_family"] is None
+            elif row["node_changed"]:  # clearly other than its own measurement in the run: the node, not eagle3
+                assert cell["verdict"] in ("worse", "better") and row["verdict"] == "unclear"
+                assert row["best_static_mode"] == "eagle3" and not row["reference_now"]
+            else:
+                assert row["verdict"] == cell["verdict"], (row, cell)
+        # Proved in place, it is held to the references measured just before its launch, as look 1 was.
+        assert [r["reference_now"] for r in second["levels"]] == [r["reference_now"] for r in doc["levels"]]
+        assert second["worse"] == [r["concurrency"] for r in second["levels"] if r["verdict"] == "worse"]
+        # A level clearly slower at the first look stays so unless the node changed under it.
+        for conc in doc["worse"]:
+            row = next(r for r in second["levels"] if r["concurrency"] == conc)
+            assert row["verdict"] == "worse" or row["node_changed"] or row["looks_disagree"], row
 
 
 def test_an_engine_version_other_than_the_runs_is_refused_before_anything_is_touched(served):

@@ -3,7 +3,8 @@ compare run (conftest.POOL "compare": baseline, n-gram and a draft model at C = 
 schedule derived from that run's verdicts served (speculation off wherever a level does not clearly
 pay, so above the crossing), one vLLM launch, the proof sweep at the run's levels, serve.json and
 the report's Served section; run again: nothing changes where the proof verified (it is proved
-again on the running server, not relaunched, where it did not); then serve_state=absent leaves the emulated GPUs clean.
+again on the running server, not relaunched, where it did not: the second look of one sequence, the
+verdict the two looks combined); then serve_state=absent leaves the emulated GPUs clean.
 
 serve_on_regression is ``keep`` here: a rollback would launch a second vLLM server (minutes on
 CPU). Everything is held to the run's own outputs (the schedule to its verdicts, serve.json to the
@@ -68,11 +69,14 @@ def test_the_proof_is_written_and_matches_the_report(served):
     assert doc["base_url"].startswith("http://127.0.0.1:") and doc["service"]["launcher"] == "session"
     assert [lv["concurrency"] for lv in doc["levels"]] == [1, 4, 16]
     for row in doc["levels"]:
-        if row["ratio_ci95"] is None:
-            assert row["verdict"] == "unclear", row
-        else:
+        if row["ratio_ci95"] is not None:
             low, high = row["ratio_ci95"]
             assert low <= row["ratio"] <= high
+        # The verdict is the looks' combined one: read from the intersection of their simultaneous intervals.
+        if row["ratio_ci_combined"] is None:
+            assert row["verdict"] == "unclear", row
+        else:
+            low, high = row["ratio_ci_combined"]
             assert row["verdict"] != "worse" or high < 1, row
             assert row["verdict"] != "better" or low > 1, row
     assert doc["verified"] == all(r["verdict"] in ("better", "matches") for r in doc["levels"])
@@ -109,6 +113,17 @@ def test_serving_again_is_idempotent_only_after_a_verified_proof(served):
         assert again.task_started("Launch vLLM") == []
         second = again.task("Hold against its references and write serve.json")["doc"]
         assert second["service"]["pid"] == first["service"]["pid"], (first["service"], second["service"])
+        # The second look of one sequence: the first kept, the verdict the looks combined (never the last alone).
+        assert [lo["look"] for lo in second["looks"]] == [1, 2] and second["looks"][0] == first["looks"][0]
+        assert second["looks"][1]["in_place"] is True
+        combined = cmp.combine_looks(second["looks"], second["margin"])
+        for row in second["levels"]:
+            cell = combined[row["concurrency"]]
+            if not row["node_changed"] or row.get("moved_since_look"):
+                assert row["verdict"] == cell["verdict"], (row, cell)
+            if "worse" in cell["verdicts"][:1] and not row["looks_disagree"] and not row.get("moved_since_look"):
+                assert row["verdict"] == "worse", row  # clearly slower at look 1 stays so
+        assert not second["verified"] or all(r["verdict"] in ("better", "matches") for r in second["levels"])
 
 
 def test_absent_stops_the_service_and_leaves_the_gpus_clean(served):

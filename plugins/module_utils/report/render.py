@@ -417,6 +417,38 @@ def _served_section(served: dict | None) -> list[str]:
                      f"{row['best_static_mode'] or '-'} | {_f(row['best_static_tok_per_s'])} | "
                      f"{_with_ci(row['ratio'], row['ratio_ci95'], 3)} | {row['verdict']} | {_proof_accept(row)} |")
     lines.append("")
+    lines.extend(_looks_lines(served))
+    return lines
+
+
+def _looks_lines(served: dict) -> list[str]:
+    """The proof's sequence (serve.json's looks): every proof of this configuration on this node, with its time,
+    its share of the error rate and its own verdicts; the table's verdicts are the looks combined."""
+    looks = served.get("looks") or []
+    if not looks:
+        return []
+    lines = [f"Proofs of this configuration on this node: {len(looks)} look(s), one sequence; the table's verdicts "
+             "combine them (each level's looks' simultaneous intervals intersected; look k spends 5% x 6/(pi^2 k^2) "
+             "of the error rate, so a re-run adds evidence and never replaces it):", ""]
+    for look in looks:
+        how = "in place, nothing relaunched" if look.get("in_place") else "a launch of its own"
+        verdicts = ", ".join(f"C={lv['concurrency']} {lv.get('verdict')}"
+                             + (f" {_with_ci(lv.get('ratio'), lv.get('ratio_ci_family'), 3)}" if lv.get("ratio") else "")
+                             for lv in look.get("levels") or [])
+        lines.append(f"- look {look.get('look')}, {look.get('at')} ({how}, {100 * float(look.get('alpha') or 0):.2f}% "
+                     f"of the error rate): {_md(verdicts)}")
+    combined = ", ".join(f"C={r['concurrency']} {r['verdict']}"
+                         + (f" [{_f(r['ratio_ci_combined'][0], 3)}, {_f(r['ratio_ci_combined'][1], 3)}]"
+                            if r.get("ratio_ci_combined") else "")
+                         for r in served.get("levels") or [])
+    lines.append(f"- combined: {_md(combined)}")
+    if served.get("node_changed"):
+        lines.append(f"- the node changed: clearly other than the run's own measurement of this configuration at "
+                     f"C={', '.join(map(str, served['node_changed']))} (not a regression; compare again)")
+    if served.get("looks_disagree"):
+        lines.append(f"- the looks' intervals lie apart at C={', '.join(map(str, served['looks_disagree']))}: the node "
+                     "changed between them (compare again)")
+    lines.append("")
     return lines
 
 

@@ -62,7 +62,7 @@ from .pooling import (
     run_seconds,
     split_run_name,
 )
-from .proof_rule import family_proof_verdicts, proof_references, static_counterpart
+from .proof_rule import combine_looks, family_proof_verdicts, proof_references, read_interval, static_counterpart
 from .recommend import (
     SGLANG_DEFAULT_ADAPTIVE,
     adaptive_table,
@@ -73,7 +73,7 @@ from .recommend import (
 )
 from .refine import refine_plan
 from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
-from .sequential import look_alphas, merge_looks, plan_round, rounds_done, runs_at_look
+from .sequential import look_alphas, merge_looks, open_look_alpha, plan_round, rounds_done, runs_at_look
 from .sequential import method_text as sequential_method_text
 from .serve_guard import (
     RETIRED,
@@ -93,15 +93,25 @@ from .serve_guard import (
     version_difference,
 )
 from .serve_proof import (
+    LOOKS_METHOD,
     ON_REGRESSION,
+    apply_looks,
     best_static,
+    check_unmoved,
     ignored_schedule,
+    look_alpha,
+    look_record,
+    next_look,
     offs_drafting,
     proof_rows,
     proof_verdict,
+    read_looks,
     reference_modes,
     regression_action,
     rollback_mode,
+    same_server_look,
+    self_referenced,
+    sequence_key,
 )
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
@@ -149,4 +159,6 @@ __all__ = [
     "traffic_gains", "check_traffic_input", "resolve_traffic",
     "launch_floor_key", "launch_floor_text", "load_host_runs", "look_alphas", "merge_looks", "plan_round", "rounds_done",
     "runs_at_look", "sequential_method_text", "FLEET_METHOD", "fleet_kinds", "node_kind",
+    "combine_looks", "read_interval", "open_look_alpha", "LOOKS_METHOD", "apply_looks", "look_alpha", "look_record",
+    "next_look", "read_looks", "self_referenced", "sequence_key", "check_unmoved", "same_server_look",
 ]

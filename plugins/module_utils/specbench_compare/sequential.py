@@ -61,6 +61,20 @@ def look_alphas(rounds: int, alpha: float = FAMILY_ALPHA) -> list[float]:
     return [first] + [(alpha - first) / rounds] * rounds
 
 
+def open_look_alpha(look: int, alpha: float = FAMILY_ALPHA) -> float:
+    """The error rate look ``look`` (1, 2, ...) of an open-ended sequence spends: ``alpha * 6 / (pi^2 look^2)``.
+
+    The shares sum to ``alpha`` over every look there could ever be (sum of 1/k^2 = pi^2/6), so however many looks
+    are taken, and whenever the sequence stops, the chance that any look's intervals miss is at most ``alpha``
+    (Bonferroni: valid whatever the looks' correlation). Look 1 gets 60.8% of it, look 2 15.2%, look 3 6.8%. The
+    serve proof's looks use it (proof_rule.combine_looks): unlike a compare run's rounds, their number is not known
+    when the first is taken (a re-run, a relaunch, a scheduled re-proof each add one)."""
+    k = int(look)
+    if k < 1:
+        raise ValueError(f"look must be 1 or more, got {look!r}")
+    return alpha * 6.0 / (math.pi ** 2 * k * k)
+
+
 def method_text(rounds: int, alpha: float = FAMILY_ALPHA) -> str:
     alphas = look_alphas(rounds, alpha)
     return SEQUENTIAL_METHOD.format(first=alphas[0], each=alphas[1] if len(alphas) > 1 else 0.0)

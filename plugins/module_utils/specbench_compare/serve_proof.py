@@ -27,15 +27,19 @@ found something at least as fast, and the proof says so.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import statistics
 
 from ..specbench_client.summary import accept_length_is_lifetime
 from .common import BASELINE, _rnd, _rnd_pair
-from .intervals import level_figures, ratio_ci
+from .intervals import family_ci, level_figures, ratio_ci
 from .launch_noise import widen_proof, within_interval
-from .proof_rule import UNCLEAR, WORSE, family_proof_verdicts, proof_references
-from .verdict import level_failure, level_saturation
+from .proof_rule import BETTER, UNCLEAR, WORSE, combine_looks, family_proof_verdicts, proof_references
+from .sequential import open_look_alpha
+from .verdict import FAMILY_ALPHA, family_z, level_failure, level_saturation
 
 ON_REGRESSION = ("rollback", "keep", "fail")
 
@@ -85,7 +89,7 @@ def reference_modes(summary: dict | None, results: dict[str, dict], plan: dict, 
 def proof_rows(served: dict, results: dict[str, dict], margin: float, reference: str | None = None,
                references: dict[int, str] | None = None, baseline: str = BASELINE,
                launch_floor: dict | None = None, measured_now: set[str] | None = None,
-               judge_plan: bool = True) -> list[dict]:
+               judge_plan: bool = True, alpha: float = FAMILY_ALPHA) -> list[dict]:
     """One row per level of the run: the served sweep (a results file) against the best static mode
     there, or against ``reference`` (one mode of the run: a rollback's own check), or against
     ``references[level]`` (``proof_rule.proof_references``: the plan's own reference at each
@@ -97,7 +101,8 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
     floor (``launch_floor``, launch_noise.node_floor) each ratio's interval holds that launch-to-launch
     variation (launch_noise.widen_proof); without one it holds the windows alone. Each row's verdict reads
     the simultaneous interval over the rows (``proof_rule.family_proof_verdicts``, which also checks
-    ``margin``)."""
+    ``margin``) at ``alpha``: the share of the error rate this look of the configuration's sequence spends
+    (``sequential.open_look_alpha``; ``apply_looks`` combines the looks)."""
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
     base = baseline
@@ -139,7 +144,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
                     or ("no static mode measured a rate here" if ref is None else None)),
         })
     widen_proof(rows, launch_floor, ref_launches)
-    return family_proof_verdicts(rows, margin)
+    return family_proof_verdicts(rows, margin, alpha)
 
 
 # Why a proof row shows no accept length (the row's accept_length_note).
@@ -231,22 +236,39 @@ def ignored_schedule(rows: list[dict]) -> list[int]:
 
 
 def proof_verdict(rows: list[dict]) -> dict:
-    """``{verified, worse, unclear, ignored, text}`` from the rows: verified only when no level is
-    worse or unclear and the configuration drafts wherever its plan speculates."""
+    """``{verified, worse, unclear, ignored, changed, disagree, text}`` from the rows (their ``verdict``: the
+    combined one, ``apply_looks``): verified only when no level is worse or unclear and the configuration drafts
+    wherever its plan speculates. ``changed``: levels where the configuration read clearly other than its own
+    measurement at another time (the node changed, ``apply_looks``); ``disagree``: levels whose looks' intervals
+    lie apart (the node changed between looks). Both read unclear, neither is a regression."""
     worse = [r["concurrency"] for r in rows if r["verdict"] == WORSE]
-    unclear = [r["concurrency"] for r in rows if r["verdict"] == UNCLEAR]
+    changed = [r["concurrency"] for r in rows if r.get("node_changed")]
+    disagree = [r["concurrency"] for r in rows if r.get("looks_disagree")]
+    unclear = [r["concurrency"] for r in rows if r["verdict"] == UNCLEAR and r["concurrency"] not in changed
+               and r["concurrency"] not in disagree]
     ignored = ignored_schedule(rows)
-    verified = bool(rows) and not worse and not unclear and not ignored
+    verified = bool(rows) and not worse and not unclear and not ignored and not changed and not disagree
+    looks = max((int(r.get("looks") or 1) for r in rows), default=1)
+    over = f" over {looks} looks" if looks > 1 else ""
     if not rows:
         text = "not verified: no level to hold the served configuration against"
     elif verified:
-        text = "verified: at every level as fast as its reference or faster (simultaneous intervals over its levels)"
+        text = ("verified: at every level as fast as its reference or faster (simultaneous intervals over its levels"
+                f"{', combined' + over if over else ''})")
     else:
         parts = []
         if worse:
-            parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}")
+            parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}{over}")
+        if changed:
+            parts.append(f"the node changed: the configuration reads clearly other than its own measurement in the "
+                         f"run at C={', '.join(map(str, changed))} (the run's figures are not comparable now: compare "
+                         "again; not a regression, nothing rolled back)")
+        if disagree:
+            parts.append(f"the node changed between looks: their intervals lie apart at C={', '.join(map(str, disagree))}"
+                         " (compare again; not a regression)")
         if unclear:
-            parts.append(f"unclear at C={', '.join(map(str, unclear))} (measure longer: bench_window_s, bench_warmup_s)")
+            parts.append(f"unclear at C={', '.join(map(str, unclear))}{over} (measure longer: bench_window_s, "
+                         "bench_warmup_s)")
         drafting = offs_drafting(rows)
         silent = [c for c in ignored if c not in drafting]
         if silent:
@@ -256,7 +278,146 @@ def proof_verdict(rows: list[dict]) -> dict:
             parts.append(f"ignores its schedule: drafts counted at C={', '.join(map(str, drafting))}, where the plan "
                          "says off, at the rate per token where it speculates")
         text = "not verified: " + "; ".join(parts)
-    return {"verified": verified, "worse": worse, "unclear": unclear, "ignored": ignored, "text": text}
+    return {"verified": verified, "worse": worse, "unclear": unclear, "ignored": ignored, "changed": changed,
+            "disagree": disagree, "text": text}
+
+
+# The proof's sequence: every proof of one configuration on one node (of one run) is one look.
+LOOKS_SCHEMA = "specbench.serve-looks/1"
+LOOKS_METHOD = (
+    "every proof of one configuration on one node is a look of one sequence (the first, re-runs, relaunches, a "
+    "scheduled re-proof); look k's verdicts are simultaneous over its levels at alpha * 6 / (pi^2 k^2) of the "
+    "family-wise rate (the shares sum to 5% over every look there could be), and the combined interval at a level is "
+    "the intersection of its looks' intervals: with 95% probability every look's intervals hold the truth at once, "
+    "whatever their correlation, so a level once clearly slower stays so and re-running cannot manufacture a pass"
+)
+
+
+def sequence_key(plan: dict, reference: str | None, asked_for: bool) -> str:
+    """The sequence a proof belongs to: the configuration (mode, schedule, adaptive table: serve_guard's
+    same_configuration) and what it is held to (one mode, the plan's own references, or the best static mode)."""
+    what = {"mode": plan.get("mode"), "schedule": plan.get("schedule") or None,
+            "adaptive_config": plan.get("adaptive_config") or None,
+            "reference": reference or ("best static mode" if asked_for else "plan")}
+    return hashlib.sha1(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def next_look(sequence: dict | None) -> int:
+    """The number of the look about to be taken in ``sequence`` (a stored one, or None: 1)."""
+    return len((sequence or {}).get("looks") or []) + 1
+
+
+def look_alpha(look: int) -> float:
+    """The family-wise error rate look ``look`` of a proof's sequence spends (sequential.open_look_alpha)."""
+    return open_look_alpha(look)
+
+
+def read_looks(path: str, warnings: list[str]) -> dict:
+    """The host's sequences of proofs (``{"schema", "sequences": {key: {mode, plan, reference, looks}}}``); an
+    empty store where there is none. A file that cannot be read raises ValueError naming it and the fix: the
+    earlier looks are evidence, and a proof that silently started again would be a fresh coin toss."""
+    if not os.path.isfile(path):
+        return {"schema": LOOKS_SCHEMA, "sequences": {}}
+    try:
+        with open(path, encoding="utf-8") as fh:
+            store = json.load(fh)
+        if not isinstance(store, dict) or not isinstance(store.get("sequences"), dict):
+            raise ValueError("no sequences in it")
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: the earlier proofs of this run on this node are not readable ({exc}); restore it, "
+                         "or move it aside to start every configuration's sequence again (its looks are then lost "
+                         "as evidence)") from exc
+    return store
+
+
+def look_record(rows: list[dict], look: int, at: str, server: dict, in_place: bool) -> dict:
+    """What the sequence keeps of one look: when, on which server launch, at which share of the error rate, and
+    each level's own verdict and simultaneous interval (``proof_rows`` at ``look_alpha(look)``)."""
+    keep = ("concurrency", "served_tok_per_s", "served_ci95", "best_static_mode", "best_static_tok_per_s",
+            "reference_now", "ratio", "ratio_ci95", "ratio_ci_family", "verdict", "moved_since_look")
+    return {"look": look, "at": at, "alpha": round(look_alpha(look), 6), "in_place": bool(in_place),
+            "server": {"pid": server.get("pid"), "starttime": server.get("starttime")},
+            "levels": [{k: row.get(k) for k in keep} for row in rows]}
+
+
+def same_server_look(sequence: dict | None, server: dict) -> dict | None:
+    """The first look of ``sequence`` taken on ``server`` (the same process: pid and start time), None when none
+    was: a proof in place is compared with it before it is combined (``check_unmoved``)."""
+    for look in (sequence or {}).get("looks") or []:
+        then = look.get("server") or {}
+        if then.get("pid") and then.get("pid") == server.get("pid") and then.get("starttime") == server.get("starttime"):
+            return look
+    return None
+
+
+def check_unmoved(rows: list[dict], earlier: dict | None, alpha: float) -> list[int]:
+    """A proof in place (the server of an earlier look, nothing relaunched) is held to references measured when
+    that server was launched, at another time: first check the node is as it was then. The same process serving
+    the same configuration at the same level is its own yardstick: its rate now over its rate at ``earlier``
+    (``ratio_ci``, simultaneous over the levels at this look's ``alpha``). A level where it moved clearly says
+    the node changed since the references were measured: that level of this look makes no claim (verdict
+    unclear, no interval: the sequence does not combine it) and carries ``moved_since_look``. Returns those
+    levels."""
+    if not earlier:
+        return []
+    then = {lv["concurrency"]: lv for lv in earlier.get("levels") or []}
+    pairs = []
+    for row in rows:
+        old = then.get(row["concurrency"]) or {}
+        ratio, ci = ratio_ci(row.get("served_tok_per_s"), row.get("served_ci95"), old.get("served_tok_per_s"),
+                             old.get("served_ci95"))
+        if ratio and ci:
+            pairs.append((row, ratio, ci))
+    z = family_z(len(pairs), alpha)
+    moved = []
+    for row, ratio, ci in pairs:
+        lo, hi = family_ci(ratio, ci, z)
+        if hi < 1.0 or lo > 1.0:
+            row["moved_since_look"] = earlier.get("look")
+            row["moved_ratio_ci_family"] = _rnd_pair([lo, hi])
+            row["ratio_ci_family"], row["verdict"] = None, UNCLEAR
+            moved.append(row["concurrency"])
+    return moved
+
+
+def self_referenced(row: dict, plan: dict) -> bool:
+    """The row holds the configuration against its own measurement at another time: the plan is a static mode (no
+    schedule, no adaptive table), the row's reference is that mode, measured by the compare run (not just now)."""
+    return (row.get("best_static_mode") == plan.get("mode") and not plan.get("schedule")
+            and not plan.get("adaptive_config") and not row.get("reference_now"))
+
+
+def apply_looks(rows: list[dict], looks: list[dict], margin: float, plan: dict) -> list[dict]:
+    """This look's rows (the last of ``looks``) read with every look of the sequence (proof_rule.combine_looks):
+    ``verdict`` becomes the combined one (``verdict_look`` keeps this look's own), with ``ratio_ci_combined``,
+    ``looks`` (the looks with an interval there), ``look_verdicts`` and ``looks_disagree``.
+
+    A level held against the configuration's own measurement at another time (``self_referenced``) that reads
+    clearly slower or faster says the node is not what it was when the run measured it, not that the
+    configuration regressed: ``node_changed``, the verdict unclear (never a rollback). A level where a proof in
+    place found the node moved (``check_unmoved``) is ``node_changed`` too; its verdict is the earlier looks'."""
+    combined = combine_looks(looks, margin)
+    for row in rows:
+        cell = combined.get(row["concurrency"]) or {}
+        row["verdict_look"] = row["verdict"]
+        row["verdict"] = cell.get("verdict", row["verdict"])
+        row["ratio_ci_combined"] = _rnd_pair(cell.get("ratio_ci_combined"))
+        row["looks"] = cell.get("looks", 0)
+        row["look_verdicts"] = cell.get("verdicts", [])
+        row["looks_disagree"] = bool(cell.get("disagree"))
+        own = row["verdict"] in (WORSE, BETTER) and self_referenced(row, plan)
+        row["node_changed"] = own or bool(row.get("moved_since_look"))
+        if own:
+            row["verdict"] = UNCLEAR
+            row["why"] = ("the node changed: clearly " + ("slower" if cell.get("verdict") == WORSE else "faster")
+                          + " than the run's own measurement of this configuration")
+        elif row.get("moved_since_look"):
+            # This look makes no claim here (check_unmoved); the earlier looks' combined verdict stands.
+            row["why"] = (f"the node changed since look {row['moved_since_look']}: the served server's own rate moved "
+                          "clearly, so the references measured at its launch are not comparable now")
+        elif row["looks_disagree"]:
+            row["why"] = "the looks' intervals lie apart: the node changed between them"
+    return rows
 
 
 def regression_action(rows: list[dict], on_regression: str) -> str | None:
