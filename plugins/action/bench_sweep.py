@@ -11,9 +11,11 @@ measured at C=1..100. At the end it returns the levels as the fact ``specbench_s
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
+import signal
 import threading
 import time
 import uuid
@@ -42,7 +44,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
 MODULE = "specbench.core.bench_sweep"
 SETTINGS = tuple(k for k in DEFAULTS if k != "prompts") + ("prompts_file",)
 OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only", "output_match_prompts",
-       "output_match_tokens", "progress_interval_s", "launch", "launches", "run_started", "plan")
+       "output_match_tokens", "progress_interval_s", "launch", "launches", "run_started", "plan", "resume")
 MODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESULTS_SCHEMA = "specbench.bench_sweep/1"
 
@@ -107,6 +109,24 @@ def no_level_reason(res: dict) -> str:
         if res.get(stream):
             seen.append(f"{stream} ending {str(res[stream])[-300:]!r}")
     return "the module returned no level (" + "; ".join(seen) + ")"
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during the sweep (its text: the signal's name)."""
+
+
+def _resumable(results_file: str, mode: str) -> dict | None:
+    """The results file of an interrupted attempt of this launch (its levels kept on resume), else None."""
+    try:
+        with open(results_file, encoding="utf-8") as handle:
+            prior = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(prior, dict) or prior.get("mode") != mode or prior.get("status") not in ("running", "interrupted")
+            or not isinstance(prior.get("levels"), list)):
+        return None
+    prior["levels"] = [lv for lv in prior["levels"] if isinstance(lv, dict) and not lv.get("error")]
+    return prior
 
 
 def _whole(value) -> int | None:
@@ -232,6 +252,20 @@ class ActionModule(ActionBase):
         if not isinstance(server_fact, dict):
             server_fact = {}
         public = public_settings(settings)
+        run_dir = os.path.dirname(os.path.dirname(os.path.abspath(results_file)))
+        attempt = live.current_attempt(run_dir)
+        full_levels = list(settings["concurrency"])
+        # A resumed run (resume=true): the levels this launch's file already holds are kept, with their attempt,
+        # and only the missing ones are measured.
+        prior = _resumable(results_file, mode) if args.get("resume") and settings.get("categories") != "separate" else None
+        kept = []
+        if prior is not None:
+            for level in prior["levels"]:
+                kept.append(dict(level, attempt=int(level.get("attempt") or prior.get("attempt") or 1)))
+            done = {level.get("concurrency") for level in kept}
+            settings = dict(settings, concurrency=[c for c in full_levels if c not in done])
+            if prior.get("output_match"):
+                match = (0, match[1])  # sent once, in the first attempt: kept
         doc = {
             "schema": RESULTS_SCHEMA,
             "run_id": args.get("run_id"),
@@ -243,9 +277,18 @@ class ActionModule(ActionBase):
             "finished_at": None,
             "settings": public,
             "server": redact(dict(server_fact, base_url=settings["base_url"]), secrets),
-            "levels": [],
+            "levels": kept,
             "error": None,
         }
+        if attempt > 1:
+            doc["attempt"] = attempt
+        if prior is not None:
+            doc["attempts"] = (prior.get("attempts") or [{"attempt": int(prior.get("attempt") or 1),
+                                                          "started_at": prior.get("started_at"),
+                                                          "status": prior.get("status")}]) + [
+                {"attempt": attempt, "started_at": doc["started_at"], "resumed_levels": settings["concurrency"]}]
+            if prior.get("output_match"):
+                doc["output_match"] = prior["output_match"]
 
         def save():
             try:
@@ -254,11 +297,48 @@ class ActionModule(ActionBase):
                 raise SettingsError(f"cannot write the results file {results_file}: {exc}") from exc
 
         def finish(status: str, error: str | None):
+            # A resumed file's levels in the sweep's order, whichever attempt measured each.
+            doc["levels"].sort(key=lambda lv: full_levels.index(lv.get("concurrency"))
+                               if lv.get("concurrency") in full_levels else len(full_levels))
             doc["status"] = status
             doc["error"] = error
             doc["finished_at"] = now_iso()
             save()
 
+        def on_signal(signum, unused_frame):
+            raise Interrupted(signal.Signals(signum).name)
+
+        handlers = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                handlers[sig] = signal.signal(sig, on_signal)
+            except ValueError:  # not the main thread: the default handling stays
+                pass
+        try:
+            return self._sweep_run(result, task_vars, args, settings, mode, results_file, host, match, interval, doc,
+                                   save, finish, secrets, server_fact, engine, run_dir, attempt, full_levels)
+        except Interrupted as exc:
+            # Ctrl-C (SIGINT) or an AWX cancel (SIGTERM): what was measured stays on disk, the file and the run
+            # marked incomplete, with how to resume it; a second signal does not cut these writes short.
+            for sig in handlers:
+                signal.signal(sig, signal.SIG_IGN)
+            finish("interrupted", f"interrupted by {exc} after {len(doc['levels'])} of {len(full_levels)} levels")
+            message = live.mark_incomplete(run_dir, f"{exc} during {mode} on {host}")
+            try:
+                live.append_record(run_dir, {"event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
+                                             "levels_on_disk": [lv.get("concurrency") for lv in doc["levels"]],
+                                             "line": message, "time": now_iso()})
+            except OSError:
+                pass
+            self._display.warning(f"{host}: {message}")
+            result.update(failed=True, interrupted=True, msg=message, results_file=results_file)
+            return result
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _sweep_run(self, result, task_vars, args, settings, mode, results_file, host, match, interval, doc, save,
+                   finish, secrets, server_fact, engine, run_dir, attempt, full_levels):
         try:
             save()
             # The probe also sends the output match's prompts (one module call, before the first warmup).
@@ -273,7 +353,7 @@ class ActionModule(ActionBase):
             server = probe.get("server") or {}
             doc["server"] = redact(dict(server_fact, **server), secrets)
             settings = dict(settings, model=server.get("model") or settings["model"])
-            doc["settings"] = public_settings(settings)
+            doc["settings"] = dict(public_settings(settings), concurrency=full_levels)
             spec = server.get("speculation") or {}
             running = describe_running(spec) if spec.get("algorithm") != "unknown" else None
             if engine == "external":
@@ -297,7 +377,6 @@ class ActionModule(ActionBase):
                 doc["output_match"] = self._output_match(probe, match, host, mode)
                 save()
 
-            run_dir = os.path.dirname(os.path.dirname(os.path.abspath(results_file)))
             launch = _whole(args.get("launch"))
             launches = _whole(args.get("launches"))
             run_started = _number(args.get("run_started"))
@@ -334,6 +413,8 @@ class ActionModule(ActionBase):
                 return unmeasured_level(concurrency, f"C={concurrency}: {no_level_reason(res)}")
 
             def on_level(level):
+                if attempt > 1:
+                    level["attempt"] = attempt
                 doc["levels"].append(redact(level, secrets))
                 save()
                 line = f"{host} | {format_level_line(level, server=doc['server'])}"

@@ -25,6 +25,13 @@ class ActionModule(ActionBase):
         del tmp  # nothing runs on a node
         unused_validation, args = self.validate_argument_spec(argument_spec=live.PLAN_ARGUMENT_SPEC)
         host = (task_vars or {}).get("inventory_hostname", "localhost")
+        run_dir = os.path.join(args["results_dir"], args["run_id"])
+        if args["complete"]:  # the run's end: its state complete (a resumed run's attempts kept)
+            if self._task.check_mode:
+                return dict(result, changed=False, msg="check mode: the run's state is not written")
+            state = live.mark_complete(run_dir)
+            return dict(result, changed=state is not None, run_state=state,
+                        msg=f"run {args['run_id']} complete" if state else "no run state to complete")
         try:
             interval = live.check_interval(args["interval_s"])
         except live.ProgressError as exc:
@@ -36,6 +43,26 @@ class ActionModule(ActionBase):
         lines = live.plan_lines(plan, header)
         for line in lines:
             self._display.display(line)
+        state = None
+        # The run's state once per run: the play's first host writes it (the others only print their plan).
+        first = ((task_vars or {}).get("ansible_play_hosts") or [host])[0] == host
+        if not self._task.check_mode and first:
+            try:
+                state = live.start_attempt(run_dir, args["run_id"], args["playbook"], args["fingerprint"],
+                                           args["resume"])
+            except live.ProgressError as exc:
+                return dict(result, failed=True, msg=f"{exc}. Nothing was launched.")
+            except OSError as exc:
+                return dict(result, failed=True, msg=f"cannot write {run_dir}/{live.RUN_STATE_FILE}: {exc}")
+            attempt = len(state["attempts"])
+            more = [f"{host} | plan | if this run stops before its end (Ctrl-C, an AWX cancel), what it measured stays "
+                    f"in {run_dir} and {live.resume_command(state)} resumes it (same inventory and settings)"]
+            if attempt > 1:
+                more.append(f"{host} | plan | resuming run {args['run_id']}, attempt {attempt}: launches whose levels "
+                            "are all on disk are kept, the others measure only their missing levels")
+            for line in more:
+                lines.append(line)
+                self._display.display(line)
         if not self._task.check_mode:
             now = time.time()
             try:
@@ -46,6 +73,6 @@ class ActionModule(ActionBase):
             except OSError as exc:
                 return dict(result, failed=True, msg=f"cannot write the plan to {args['results_dir']}/"
                                                      f"{args['run_id']}/{live.PROGRESS_FILE}: {exc}")
-        result.update(changed=False, plan=plan, lines=lines, ansible_facts={"specbench_plan": plan},
+        result.update(changed=False, plan=plan, lines=lines, ansible_facts={"specbench_plan": plan}, run_state=state,
                       msg=f"expected wall time about {live.duration(plan['expected_s'])}")
         return result

@@ -19,6 +19,8 @@ description:
   - The lines go to the playbook's output (so to ansible-runner's and AWX's job events) and, as one C(plan) record,
     to C(<results_dir>/<run_id>/progress.jsonl); the plan is returned as the fact C(specbench_plan), which role
     bench_sweep reads for the run's ETA in its live progress lines.
+  - The play's first host writes the run's state, C(<results_dir>/<run_id>/run-state.json) (status, settings,
+    attempts), which an interrupted sweep marks incomplete with the command that resumes it.
   - Runs in the controller's worker through its action plugin; nothing runs on a node.
 author:
   - specbench developers (!UNKNOWN)
@@ -55,15 +57,15 @@ options:
     description: The launches in the order they run, each C({mode, launch, levels}).
     type: list
     elements: dict
-    required: true
+    default: []
   warmup_s:
     description: The warm-up before each level's window (bench_warmup_s).
     type: float
-    required: true
+    default: 0
   window_s:
     description: Each level's window (bench_window_s).
     type: float
-    required: true
+    default: 0
   window_max_s:
     description: The adaptive window's maximum (bench_window_max_s), named in the plan when set; 0 names none.
     type: float
@@ -81,6 +83,24 @@ options:
       compare_time_budget_s, refinement); empty names none.
     type: str
     default: ""
+  fingerprint:
+    description:
+      - The settings a resumed run must share with the run it resumes (modes, launches, levels, lengths, windows...),
+        kept in C(<results_dir>/<run_id>/run-state.json) with the run's status (running, incomplete, complete) and
+        its attempts.
+    type: dict
+    default: {}
+  resume:
+    description:
+      - Resume the incomplete run I(run_id) (the playbooks' C(-e resume=true)) as its next attempt; fails, before
+        anything is launched, when that run is missing, complete or was made with another I(fingerprint).
+      - Without it, an incomplete run of the same I(run_id) is not overwritten (the error says to resume it).
+    type: bool
+    default: false
+  complete:
+    description: Mark the run complete in its run-state.json (the playbook's last step); nothing is printed.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full

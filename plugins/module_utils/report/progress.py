@@ -224,11 +224,142 @@ PLAN_ARGUMENT_SPEC = {
     "engine": {"type": "str", "default": "emulator"},
     "hosts": {"type": "list", "elements": "str", "default": []},
     "modes": {"type": "list", "elements": "str", "default": []},
-    "launches": {"type": "list", "elements": "dict", "required": True},
-    "warmup_s": {"type": "float", "required": True},
-    "window_s": {"type": "float", "required": True},
+    "launches": {"type": "list", "elements": "dict", "default": []},
+    "warmup_s": {"type": "float", "default": 0},
+    "window_s": {"type": "float", "default": 0},
     "window_max_s": {"type": "float", "default": 0},
     "repeats": {"type": "int", "default": 1},
     "interval_s": {"type": "raw", "default": INTERVAL_DEFAULT_S},
     "budget": {"type": "str", "default": ""},
 }
+PLAN_ARGUMENT_SPEC.update({
+    "resume": {"type": "bool", "default": False},
+    "fingerprint": {"type": "dict", "default": {}},
+    "complete": {"type": "bool", "default": False},
+})
+
+
+# -- the run's state: running, incomplete (interrupted), complete; its attempts --------------------
+RUN_STATE_FILE = "run-state.json"
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def read_run_state(run_dir: str) -> dict | None:
+    try:
+        with open(os.path.join(run_dir, RUN_STATE_FILE), encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def write_run_state(run_dir: str, state: dict) -> None:
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, RUN_STATE_FILE)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(state, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    os.replace(tmp, path)
+
+
+def resume_command(state: dict) -> str:
+    return (f"ansible-playbook {state.get('playbook_file') or 'playbooks/' + str(state.get('playbook')) + '.yml'} "
+            f"-e run_id={state.get('run_id')} -e resume=true")
+
+
+def start_attempt(run_dir: str, run_id: str, playbook: str, fingerprint: dict, resume: bool) -> dict:
+    """The run's state at its start: a new run (attempt 1), or with ``resume`` the next attempt of an
+    incomplete run of identical settings. ProgressError, before anything runs, when the run to resume is
+    missing, complete or was made with other settings, or when an incomplete run would be overwritten."""
+    state = read_run_state(run_dir)
+    fingerprint = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
+    if resume:
+        if state is None:
+            raise ProgressError(f"resume=true, but {run_dir} holds no run to resume ({RUN_STATE_FILE} is missing): give "
+                                "the run_id of an interrupted run (its message and its folder's run-state.json name "
+                                "it), or leave resume out to start a new run")
+        # "running": a run killed outright (an AWX cancel: ansible-runner kills the process group) could not mark
+        # itself; a run still going holds the node lock, so this one would wait for it or fail naming it.
+        if state.get("status") == "complete":
+            raise ProgressError(f"resume=true, but run {run_id} is complete: nothing is missing. Leave resume out "
+                                "(and give another run_id) to measure again")
+        differ = sorted(k for k in set(fingerprint) | set(state.get("settings") or {})
+                        if fingerprint.get(k) != (state.get("settings") or {}).get(k))
+        if differ:
+            raise ProgressError(f"resume=true, but run {run_id} was made with other settings ({', '.join(differ)} "
+                                "differ): a resumed run measures only what is missing with the same settings. Give "
+                                "the same inventory and variables as the interrupted run, or start a new run "
+                                "(another run_id, without resume)")
+        attempts = list(state.get("attempts") or [])
+    else:
+        if state is not None and state.get("status") == "incomplete":
+            raise ProgressError(f"run {run_id} already exists in {run_dir} and is incomplete (interrupted): resume "
+                                f"it with -e resume=true ({resume_command(state)}), or give another run_id")
+        attempts = []
+    attempts.append({"attempt": len(attempts) + 1, "started_at": _now_iso()})
+    state = {"run_id": run_id, "playbook": playbook, "status": "running", "settings": fingerprint,
+             "attempts": attempts}
+    state["message"] = (f"running; if it stops before its end (Ctrl-C, an AWX cancel, a crash), the levels measured "
+                        f"stay here and {resume_command(state)} resumes it")
+    write_run_state(run_dir, state)
+    return state
+
+
+def current_attempt(run_dir: str) -> int:
+    state = read_run_state(run_dir) or {}
+    return len(state.get("attempts") or []) or 1
+
+
+def mark_incomplete(run_dir: str, why: str) -> str:
+    """The run marked incomplete, with the message saying how to resume it (returned)."""
+    state = read_run_state(run_dir) or {"run_id": os.path.basename(run_dir), "attempts": [], "playbook": "compare"}
+    message = (f"Run {state.get('run_id')} is incomplete ({why}): every level measured is kept in {run_dir}. "
+               f"Resume it with the same inventory and settings: {resume_command(state)} "
+               "(only the missing levels are measured, the report names each level's attempt).")
+    state.update(status="incomplete", message=message, interrupted_at=_now_iso())
+    if state.get("attempts"):
+        state["attempts"][-1]["ended"] = why
+    write_run_state(run_dir, state)
+    return message
+
+
+def mark_complete(run_dir: str) -> dict | None:
+    state = read_run_state(run_dir)
+    if state is not None:
+        state.update(status="complete", message=None, finished_at=_now_iso())
+        write_run_state(run_dir, state)
+    return state
+
+
+def attempts_of(host_runs: dict) -> list[dict]:
+    """Which levels of each results file came from which attempt (results of a resumed run name them);
+    empty when every level came from the run's first attempt."""
+    rows = []
+    for mode, found in host_runs.items():
+        for _tag, doc in found:
+            by_attempt: dict = {}
+            for level in doc.get("levels") or []:
+                by_attempt.setdefault(int(level.get("attempt") or 1), []).append(level.get("concurrency"))
+            rows.append({"mode": mode, "file": os.path.basename(doc.get("_path") or ""),
+                         "attempts": {str(k): v for k, v in sorted(by_attempt.items())}})
+    if not any(set(r["attempts"]) - {"1"} for r in rows):
+        return []
+    return sorted(rows, key=lambda r: r["file"])
+
+
+def attempts_lines(rows: list[dict]) -> list[str]:
+    """The report's section on a resumed run: per results file, the levels of each attempt."""
+    if not rows:
+        return []
+    lines = ["## Attempts", "",
+             "This run was interrupted and resumed: each level was measured once, in the attempt named here "
+             "(a resumed attempt launched the mode again and measured only the levels still missing).", ""]
+    for row in rows:
+        parts = [f"attempt {k}: C={', C='.join(str(c) for c in v)}" for k, v in row["attempts"].items()]
+        lines.append(f"- `{row['file']}` ({row['mode']}): " + "; ".join(parts))
+    lines.append("")
+    return lines

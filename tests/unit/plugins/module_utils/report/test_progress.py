@@ -109,3 +109,54 @@ def test_worker_writes_its_progress_file(tmp_path):
     rec = json.loads((tmp_path / "p.w3").read_text())
     assert (rec["ok"], rec["failed"], rec["tokens"], rec["window"]) == (4, 1, 99, True)
     assert not os.path.exists(tmp_path / "p.w3.tmp")
+
+
+# -- the run's state and its attempts (resume) ----------------------------------------------------
+FP = {"modes": ["baseline", "eagle3"], "levels": [1, 4]}
+
+
+def test_a_new_run_is_attempt_one_and_says_how_to_resume(tmp_path):
+    state = live.start_attempt(str(tmp_path / "r1"), "r1", "compare", FP, resume=False)
+    assert state["status"] == "running" and [a["attempt"] for a in state["attempts"]] == [1]
+    assert "ansible-playbook playbooks/compare.yml -e run_id=r1 -e resume=true" in state["message"]
+    message = live.mark_incomplete(str(tmp_path / "r1"), "SIGINT during eagle3 on node1")
+    assert message.startswith("Run r1 is incomplete (SIGINT during eagle3 on node1): every level measured is kept")
+    assert live.read_run_state(str(tmp_path / "r1"))["status"] == "incomplete"
+
+
+def test_resume_is_the_next_attempt_of_identical_settings(tmp_path):
+    run_dir = str(tmp_path / "r1")
+    live.start_attempt(run_dir, "r1", "compare", FP, resume=False)
+    live.mark_incomplete(run_dir, "SIGTERM")
+    state = live.start_attempt(run_dir, "r1", "compare", FP, resume=True)
+    assert [a["attempt"] for a in state["attempts"]] == [1, 2] and live.current_attempt(run_dir) == 2
+    # A run killed outright (still "running") resumes too.
+    assert len(live.start_attempt(run_dir, "r1", "compare", FP, resume=True)["attempts"]) == 3
+    live.mark_complete(run_dir)
+    assert live.read_run_state(run_dir)["status"] == "complete"
+
+
+@pytest.mark.parametrize(("setup", "fingerprint", "resume", "error"), [
+    (None, FP, True, r"holds no run to resume \(run-state.json is missing\)"),
+    ("complete", FP, True, r"run r1 is complete: nothing is missing"),
+    ("incomplete", {"modes": ["baseline", "eagle3"], "levels": [1, 8]}, True, r"other settings \(levels differ\)"),
+    ("incomplete", FP, False, r"incomplete \(interrupted\): resume it with -e resume=true"),
+])
+def test_resume_refusals_name_the_problem_and_the_fix(tmp_path, setup, fingerprint, resume, error):
+    run_dir = str(tmp_path / "r1")
+    if setup:
+        live.start_attempt(run_dir, "r1", "compare", FP, resume=False)
+        (live.mark_complete if setup == "complete" else lambda d: live.mark_incomplete(d, "SIGINT"))(run_dir)
+    with pytest.raises(live.ProgressError, match=error):
+        live.start_attempt(run_dir, "r1", "compare", fingerprint, resume=resume)
+
+
+def test_attempts_name_each_files_levels_only_for_a_resumed_run():
+    first = {"baseline": [("", {"_path": "/r/n/baseline.json", "levels": [{"concurrency": 1}, {"concurrency": 4}]})]}
+    assert live.attempts_of(first) == []
+    resumed = dict(first, eagle3=[("", {"_path": "/r/n/eagle3.json",
+                                        "levels": [{"concurrency": 1, "attempt": 1}, {"concurrency": 4, "attempt": 2}]})])
+    lines = live.attempts_lines(live.attempts_of(resumed))
+    assert lines[0] == "## Attempts"
+    assert "- `baseline.json` (baseline): attempt 1: C=1, C=4" in lines
+    assert "- `eagle3.json` (eagle3): attempt 1: C=1; attempt 2: C=4" in lines
