@@ -499,18 +499,10 @@ COMPARE_PINNED = {"compare_launches": 1, "compare_max_launches": 0}
 SERVE_PINNED = {"serve_measure_references": False}
 
 
-def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
-                 extravars: dict | None = None, *, envvars: dict | None = None, check: bool = False,
-                 cmdline: str | None = None, limit: str | None = None, ident: str | None = None,
-                 name: str | None = None, forks: int | None = None, home: Path | None = None,
-                 timeout: int = 540) -> PlaybookRun:
-    """Run ``playbook`` (relative to the checkout, or absolute) through ansible-runner.
-
-    The private data folder is ``folder/<name>`` (default ``runner-<n>``, a fresh one per run).
-    ``inventory``: a dict or YAML text (written into that folder), a path to an inventory file,
-    or None for ansible.cfg's default (inventory/local.yml). ``home`` sets HOME for the run
-    (keeps ~/.ansible and ~/.ssh of the user out of it).
-    """
+def _runner_args(folder: Path, playbook: str | Path, inventory: dict | str | Path | None, extravars: dict | None,
+                 envvars: dict | None, check: bool, cmdline: str | None, limit: str | None, ident: str | None,
+                 name: str | None, forks: int | None, home: Path | None, timeout: int) -> tuple[Path, dict, dict]:
+    """(private data folder, ansible_runner keyword arguments, the extra vars) of a run (see run_playbook)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     pdd = folder / (name or f"runner-{len(list(folder.glob('runner-*')))}")
@@ -537,25 +529,49 @@ def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Pat
     flags = " ".join(f for f in ("--check" if check else "", cmdline or "") if f)
     pinned = {"compare.yml": COMPARE_PINNED, "serve.yml": SERVE_PINNED}.get(Path(playbook).name, {})
     extravars = {**PINNED, **pinned, **(extravars or {})}
+    kwargs.update(private_data_dir=str(pdd), project_dir=str(ROOT), playbook=str(playbook), extravars=extravars or {},
+                  envvars=env, cmdline=flags or None, limit=limit, ident=ident, quiet=True, timeout=timeout)
+    return pdd, kwargs, extravars
+
+
+def run_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
+                 extravars: dict | None = None, *, envvars: dict | None = None, check: bool = False,
+                 cmdline: str | None = None, limit: str | None = None, ident: str | None = None,
+                 name: str | None = None, forks: int | None = None, home: Path | None = None,
+                 timeout: int = 540) -> PlaybookRun:
+    """Run ``playbook`` (relative to the checkout, or absolute) through ansible-runner.
+
+    The private data folder is ``folder/<name>`` (default ``runner-<n>``, a fresh one per run).
+    ``inventory``: a dict or YAML text (written into that folder), a path to an inventory file,
+    or None for ansible.cfg's default (inventory/local.yml). ``home`` sets HOME for the run
+    (keeps ~/.ansible and ~/.ssh of the user out of it).
+    """
+    pdd, kwargs, extravars = _runner_args(folder, playbook, inventory, extravars, envvars, check, cmdline, limit,
+                                          ident, name, forks, home, timeout)
     import ansible_runner  # the controller's package; imported here so that the kit loads without it
 
     started, cpu = time.monotonic(), _children_cpu()
-    runner = ansible_runner.run(
-        private_data_dir=str(pdd),
-        project_dir=str(ROOT),
-        playbook=str(playbook),
-        extravars=extravars or {},
-        envvars=env,
-        cmdline=flags or None,
-        limit=limit,
-        ident=ident,
-        quiet=True,
-        timeout=timeout,
-        **kwargs,
-    )
+    runner = ansible_runner.run(**kwargs)
     run = PlaybookRun.of(runner, pdd, extravars)
     _log_run(run, playbook, time.monotonic() - started, _children_cpu() - cpu)
     return run
+
+
+def start_playbook(folder: Path, playbook: str | Path, inventory: dict | str | Path | None = None,
+                   extravars: dict | None = None, *, home: Path | None = None, name: str | None = None,
+                   timeout: int = 540, cancel_callback=None):
+    """Start ``playbook`` through ansible-runner and return at once: (thread, runner, private data folder).
+    ``runner.pid`` is ansible-playbook's once it started; ``cancel_callback`` returning True cancels the run as
+    AWX does (ansible-runner kills the playbook's process group). ``PlaybookRun.of(runner, pdd)`` reads it once
+    the thread ended."""
+    pdd, kwargs, extravars = _runner_args(folder, playbook, inventory, extravars, None, False, None, None, None, name,
+                                          None, home, timeout)
+    import ansible_runner
+
+    if cancel_callback is not None:
+        kwargs["cancel_callback"] = cancel_callback
+    thread, runner = ansible_runner.run_async(**kwargs)
+    return thread, runner, pdd
 
 
 def _children_cpu() -> float:

@@ -11,15 +11,22 @@ measured at C=1..100. At the end it returns the levels as the fact ``specbench_s
 """
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
+import signal
+import threading
 import time
+import uuid
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.specbench.core.plugins.module_utils.report import progress as live
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
     DEFAULTS,
     SettingsError,
+    category_settings,
     check_mode_against_server,
     describe_plan,
     describe_running,
@@ -37,7 +44,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
 MODULE = "specbench.core.bench_sweep"
 SETTINGS = tuple(k for k in DEFAULTS if k != "prompts") + ("prompts_file",)
 OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only", "output_match_prompts",
-       "output_match_tokens")
+       "output_match_tokens", "progress_interval_s", "launch", "launches", "run_started", "plan", "resume")
 MODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESULTS_SCHEMA = "specbench.bench_sweep/1"
 
@@ -104,6 +111,39 @@ def no_level_reason(res: dict) -> str:
     return "the module returned no level (" + "; ".join(seen) + ")"
 
 
+class Interrupted(Exception):
+    """SIGINT or SIGTERM during the sweep (its text: the signal's name)."""
+
+
+def _resumable(results_file: str, mode: str) -> dict | None:
+    """The results file of an interrupted attempt of this launch (its levels kept on resume), else None."""
+    try:
+        with open(results_file, encoding="utf-8") as handle:
+            prior = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(prior, dict) or prior.get("mode") != mode or prior.get("status") not in ("running", "interrupted")
+            or not isinstance(prior.get("levels"), list)):
+        return None
+    prior["levels"] = [lv for lv in prior["levels"] if isinstance(lv, dict) and not lv.get("error")]
+    return prior
+
+
+def _whole(value) -> int | None:
+    try:
+        number = int(str(value))
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+def _number(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(SETTINGS + OWN)
@@ -123,6 +163,10 @@ class ActionModule(ActionBase):
             settings = normalize_settings(raw, label=role_label, check_prompts_file=False)
             mode = check_mode_name(args.get("mode"))
             match = check_output_match(args.get("output_match_prompts", 0), args.get("output_match_tokens", 32))
+            try:
+                interval = live.check_interval(args.get("progress_interval_s", live.INTERVAL_DEFAULT_S))
+            except live.ProgressError as exc:
+                raise SettingsError(str(exc)) from exc
             if args.get("results_file") or not validate_only:
                 results_file = check_results_file(args.get("results_file"))
             if not validate_only and not self._task.check_mode and not settings["base_url"]:
@@ -142,7 +186,7 @@ class ActionModule(ActionBase):
             self._display.display(f"{host} | bench_sweep {mode} (check mode, nothing sent): {plan}")
             result.update(changed=False, settings=public, levels=[], results_file=results_file, msg=plan)
             return result
-        return self._sweep(result, task_vars, args, settings, mode, results_file, host, match)
+        return self._sweep(result, task_vars, args, settings, mode, results_file, host, match, interval)
 
     # -- the sweep ----------------------------------------------------------------------------
     def _module_args(self, settings: dict, **extra) -> dict:
@@ -170,13 +214,58 @@ class ActionModule(ActionBase):
                               f"temperature 0, {tokens} tokens ({block.get('source')} kept)")
         return block
 
-    def _sweep(self, result, task_vars, args, settings, mode, results_file, host, match):
+    def _node_progress(self, path: str) -> dict | None:
+        """The client workers' tallies read from the node (None when unreadable: the line says so)."""
+        try:
+            res = self._low_level_execute_command(f"cat {shlex.quote(path)}.w* 2>/dev/null")
+        except Exception:  # noqa: BLE001 - a progress read never fails the level
+            return None
+        return live.worker_totals(res.get("stdout") or "")
+
+    def _measure_live(self, task_vars, margs, tick):
+        """Run one level's module call in a thread; every ``tick.interval`` seconds while it runs,
+        read the workers' tallies from the node and hand them to ``tick``."""
+        box = {}
+
+        def call():
+            try:
+                box["res"] = self._call(task_vars, margs)
+            except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+                box["exc"] = exc
+
+        worker = threading.Thread(target=call, name="bench_sweep-level", daemon=True)
+        started = time.monotonic()
+        worker.start()
+        while True:
+            worker.join(tick.interval)
+            if not worker.is_alive():
+                break
+            tick(self._node_progress(margs["progress_path"]), time.monotonic() - started)
+        if "exc" in box:
+            raise box["exc"]
+        return box["res"]
+
+    def _sweep(self, result, task_vars, args, settings, mode, results_file, host, match, interval):
         secrets = [settings["api_key"]]
         engine = args.get("engine") or "external"
         server_fact = args.get("server") or {}
         if not isinstance(server_fact, dict):
             server_fact = {}
         public = public_settings(settings)
+        run_dir = os.path.dirname(os.path.dirname(os.path.abspath(results_file)))
+        attempt = live.current_attempt(run_dir)
+        full_levels = list(settings["concurrency"])
+        # A resumed run (resume=true): the levels this launch's file already holds are kept, with their attempt,
+        # and only the missing ones are measured.
+        prior = _resumable(results_file, mode) if args.get("resume") and settings.get("categories") != "separate" else None
+        kept = []
+        if prior is not None:
+            for level in prior["levels"]:
+                kept.append(dict(level, attempt=int(level.get("attempt") or prior.get("attempt") or 1)))
+            done = {level.get("concurrency") for level in kept}
+            settings = dict(settings, concurrency=[c for c in full_levels if c not in done])
+            if prior.get("output_match"):
+                match = (0, match[1])  # sent once, in the first attempt: kept
         doc = {
             "schema": RESULTS_SCHEMA,
             "run_id": args.get("run_id"),
@@ -188,9 +277,18 @@ class ActionModule(ActionBase):
             "finished_at": None,
             "settings": public,
             "server": redact(dict(server_fact, base_url=settings["base_url"]), secrets),
-            "levels": [],
+            "levels": kept,
             "error": None,
         }
+        if attempt > 1:
+            doc["attempt"] = attempt
+        if prior is not None:
+            doc["attempts"] = (prior.get("attempts") or [{"attempt": int(prior.get("attempt") or 1),
+                                                          "started_at": prior.get("started_at"),
+                                                          "status": prior.get("status")}]) + [
+                {"attempt": attempt, "started_at": doc["started_at"], "resumed_levels": settings["concurrency"]}]
+            if prior.get("output_match"):
+                doc["output_match"] = prior["output_match"]
 
         def save():
             try:
@@ -199,11 +297,48 @@ class ActionModule(ActionBase):
                 raise SettingsError(f"cannot write the results file {results_file}: {exc}") from exc
 
         def finish(status: str, error: str | None):
+            # A resumed file's levels in the sweep's order, whichever attempt measured each.
+            doc["levels"].sort(key=lambda lv: full_levels.index(lv.get("concurrency"))
+                               if lv.get("concurrency") in full_levels else len(full_levels))
             doc["status"] = status
             doc["error"] = error
             doc["finished_at"] = now_iso()
             save()
 
+        def on_signal(signum, unused_frame):
+            raise Interrupted(signal.Signals(signum).name)
+
+        handlers = {}
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                handlers[sig] = signal.signal(sig, on_signal)
+            except ValueError:  # not the main thread: the default handling stays
+                pass
+        try:
+            return self._sweep_run(result, task_vars, args, settings, mode, results_file, host, match, interval, doc,
+                                   save, finish, secrets, server_fact, engine, run_dir, attempt, full_levels)
+        except Interrupted as exc:
+            # Ctrl-C (SIGINT) or an AWX cancel (SIGTERM): what was measured stays on disk, the file and the run
+            # marked incomplete, with how to resume it; a second signal does not cut these writes short.
+            for sig in handlers:
+                signal.signal(sig, signal.SIG_IGN)
+            finish("interrupted", f"interrupted by {exc} after {len(doc['levels'])} of {len(full_levels)} levels")
+            message = live.mark_incomplete(run_dir, f"{exc} during {mode} on {host}")
+            try:
+                live.append_record(run_dir, {"event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
+                                             "levels_on_disk": [lv.get("concurrency") for lv in doc["levels"]],
+                                             "line": message, "time": now_iso()})
+            except OSError:
+                pass
+            self._display.warning(f"{host}: {message}")
+            result.update(failed=True, interrupted=True, msg=message, results_file=results_file)
+            return result
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _sweep_run(self, result, task_vars, args, settings, mode, results_file, host, match, interval, doc, save,
+                   finish, secrets, server_fact, engine, run_dir, attempt, full_levels):
         try:
             save()
             # The probe also sends the output match's prompts (one module call, before the first warmup).
@@ -218,7 +353,7 @@ class ActionModule(ActionBase):
             server = probe.get("server") or {}
             doc["server"] = redact(dict(server_fact, **server), secrets)
             settings = dict(settings, model=server.get("model") or settings["model"])
-            doc["settings"] = public_settings(settings)
+            doc["settings"] = dict(public_settings(settings), concurrency=full_levels)
             spec = server.get("speculation") or {}
             running = describe_running(spec) if spec.get("algorithm") != "unknown" else None
             if engine == "external":
@@ -242,19 +377,54 @@ class ActionModule(ActionBase):
                 doc["output_match"] = self._output_match(probe, match, host, mode)
                 save()
 
+            launch = _whole(args.get("launch"))
+            launches = _whole(args.get("launches"))
+            run_started = _number(args.get("run_started"))
+            remaining = live.remaining_after(args.get("plan"), launch) if launches else 0.0
+            per_level = live.level_seconds(settings)
+            levels_total = len(settings["concurrency"]) * len(category_settings(settings))
+            position = {"index": 0}
+
+            def record(rec):
+                try:
+                    live.append_record(run_dir, rec)
+                except OSError as exc:
+                    self._display.warning(f"{host}: cannot append to {run_dir}/{live.PROGRESS_FILE}: {exc}")
+
             def measure(concurrency, run_settings):  # one level, measured by the module on the node
                 # (measured once there: the loop here measures a saturated level again)
-                res = self._call(task_vars, self._module_args(run_settings, concurrency=[concurrency],
-                                                              saturated_retries=0))
+                position["index"] = min(position["index"] + 1, levels_total)
+
+                def tick(totals, elapsed):
+                    phase = "window" if totals and totals["window"] else "warm-up"
+                    rec = live.progress_record(host, mode, launch, launches, position["index"], levels_total,
+                                               concurrency, phase, totals, elapsed, per_level, run_started,
+                                               remaining, time.time())
+                    record(rec)
+                    self._display.display(rec["line"])
+
+                tick.interval = interval
+                path = f"/tmp/specbench-progress-{uuid.uuid4().hex}"
+                res = self._measure_live(task_vars, self._module_args(run_settings, concurrency=[concurrency],
+                                                                      saturated_retries=0, progress_path=path), tick)
                 levels = res.get("levels") or []
                 if levels:
                     return levels[0]
                 return unmeasured_level(concurrency, f"C={concurrency}: {no_level_reason(res)}")
 
             def on_level(level):
+                if attempt > 1:
+                    level["attempt"] = attempt
                 doc["levels"].append(redact(level, secrets))
                 save()
-                self._display.display(f"{host} | {format_level_line(level, server=doc['server'])}")
+                line = f"{host} | {format_level_line(level, server=doc['server'])}"
+                self._display.display(line)
+                now = time.time()
+                record({"event": "level_done", "host": host, "mode": mode, "launch": launch, "launches": launches,
+                        "level": position["index"], "levels": levels_total, "concurrency": level.get("concurrency"),
+                        "error": level.get("error"), "line": line,
+                        "run_elapsed_s": round(now - run_started, 1) if run_started else None,
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
                 if level.get("error"):
                     self._display.warning(f"{host}: {level['error']}")
 

@@ -18,6 +18,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.specbench.core.plugins.module_utils.report import html as report_html
 from ansible_collections.specbench.core.plugins.module_utils.report import index as fleet_index
+from ansible_collections.specbench.core.plugins.module_utils.report import progress as live
 from ansible_collections.specbench.core.plugins.module_utils.report import render as report
 from ansible_collections.specbench.core.plugins.module_utils.report.sections import verdict_line
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import (
@@ -181,6 +182,8 @@ class ActionModule(ActionBase):
                                          alpha=alphas[len(looks)], looks=looks if rounds else None)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
+            # A resumed run: which levels of each results file came from which attempt (the report's "Attempts").
+            summary["attempts"] = live.attempts_of(host_runs)
             summary["sequential_budget"] = {"max_launches": args["max_launches"], "rounds": rounds,
                                             "time_budget_s": args["time_budget_s"], "alphas": alphas,
                                             "rounds_done": len(looks)}

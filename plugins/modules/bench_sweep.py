@@ -208,6 +208,13 @@ options:
     description: Output tokens per output-match prompt.
     type: int
     default: 32
+  progress_path:
+    description:
+      - Where on the node each client worker rewrites, once a second, its requests done and failed and the
+        tokens read so far (C(<progress_path>.w<index>), one JSON line each), for the action plugin's live
+        progress lines while a level runs; removed when the module ends. Empty writes none.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -393,6 +400,9 @@ settings:
   type: dict
 """
 
+import glob
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
@@ -440,6 +450,7 @@ ARGUMENT_SPEC = {
     "probe": {"type": "bool", "default": False},
     "output_match": {"type": "int", "default": 0},
     "output_match_tokens": {"type": "int", "default": 32, "no_log": False},
+    "progress_path": {"type": "str", "default": ""},
 }
 
 
@@ -449,6 +460,7 @@ def main() -> None:
     probe_only = params.pop("probe")
     match_count = params.pop("output_match")
     match_tokens = params.pop("output_match_tokens")
+    progress_path = params.pop("progress_path")
     if match_count < 0 or match_tokens < 1:
         module.fail_json(msg=f"output_match must be 0 or more prompts and output_match_tokens 1 or more tokens "
                              f"(got {match_count} and {match_tokens})")
@@ -470,7 +482,16 @@ def main() -> None:
                          settings=public)
     if probe_only:
         module.exit_json(changed=False, server=redact(server, secrets), settings=public)
-    levels = [redact(level, secrets) for level in sweep(settings, server)]
+    if progress_path:
+        settings["_progress_path"] = progress_path
+    try:
+        levels = [redact(level, secrets) for level in sweep(settings, server)]
+    finally:
+        for path in glob.glob(glob.escape(progress_path) + ".w*") if progress_path else []:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     module.exit_json(changed=False, server=redact(server, secrets), levels=levels, settings=public)
 
 

@@ -183,7 +183,8 @@ differences:
 record:
   description:
     - The completed record (launch record, I(extra), C(version), C(server_info), C(info_path),
-      C(models), C(ready_probe), C(post_launch_check), C(confounders) including C(differences)).
+      C(models), C(ready_probe), C(ready_s) (the seconds to ready), C(post_launch_check),
+      C(confounders) including C(differences)).
   returned: when I(state_path) is given
   type: dict
 post_launch_check:
@@ -286,6 +287,8 @@ def main():
             "server_info": info,
             "models": result["models"],
             "ready_probe": result["probe"],
+            # The model load's seconds, for the next run's plan (run_plan reads the node's last launches).
+            "ready_s": result["elapsed_s"],
             "info_path": found.get("info_path"),
             "post_launch_check": check,
             "confounders": list(p["extra"].get("confounders") or []) + result["differences"],

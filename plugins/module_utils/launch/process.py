@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -491,8 +492,31 @@ def wait_ready(base_url: str, pid: int | None, starttime: int | None, unit: str 
         time.sleep(max(0.0, min(interval, stop - now)))
 
 
+# What a loading server's log line says it is doing (SGLang's, vLLM's and the emulator's wording), first match.
+LOAD_PHASES = (
+    (re.compile(r"capture cuda graph|capturing cuda graph|cuda graph|graph capturing", re.I), "capturing CUDA graphs"),
+    (re.compile(r"torch\.compile|compil", re.I), "compiling"),
+    (re.compile(r"kv cache is allocated|memory profil|available kv cache|# ?gpu blocks|kv cache", re.I),
+     "allocating the KV cache"),
+    (re.compile(r"load weight end|loading weights took|model loading took", re.I), "weights loaded"),
+    (re.compile(r"checkpoint shards|load weight begin|loading weights|loading model|loading safetensors", re.I),
+     "loading the weights"),
+    (re.compile(r"uvicorn running|application startup|started server process|fired up", re.I),
+     "starting the HTTP server"),
+)
+
+
+def load_phase(log_line: str | None) -> str | None:
+    """The load's phase the server's log line names (loading the weights, capturing CUDA graphs...), or None."""
+    for pattern, phase in LOAD_PHASES:
+        if log_line and pattern.search(log_line):
+            return phase
+    return None
+
+
 def progress_line(progress: dict) -> str:
-    """One line for the user while the server loads: elapsed of timeout, GPU memory, the log's last line."""
+    """One line for the user while the server loads: elapsed of timeout, what the log says it is doing,
+    GPU memory, the log's last line."""
     secs = int(progress.get("elapsed_s") or 0)
     limit = int(progress.get("timeout_s") or 0)
     mem = progress.get("gpu_memory") or {}
@@ -500,8 +524,10 @@ def progress_line(progress: dict) -> str:
         gpu = f"GPU memory {mem['used_mib'] / 1024:.1f} of {mem['total_mib'] / 1024:.1f} GiB on {mem['gpus']} GPUs"
     else:
         gpu = f"GPU memory unknown ({mem.get('error') or 'not read'})"
-    return (f"loading {secs // 60}:{secs % 60:02d} of {limit // 60}:{limit % 60:02d} | {gpu} | "
-            f"log: {progress.get('log_line') or '-'}")
+    phase = load_phase(progress.get("log_line"))
+    return (f"loading {secs // 60}:{secs % 60:02d} of {limit // 60}:{limit % 60:02d} | "
+            + (f"{phase} (the server's log) | " if phase else "")
+            + f"{gpu} | log: {progress.get('log_line') or '-'}")
 
 
 def server_info(base_url: str) -> tuple[dict, list[str]]:

@@ -24,6 +24,7 @@ from ansible_collections.specbench.core.plugins.module_utils.report.breakdown im
     separate_lines,
     terms_table,
 )
+from ansible_collections.specbench.core.plugins.module_utils.report.progress import attempts_lines
 from ansible_collections.specbench.core.plugins.module_utils.report.sections import (
     _md,
     gpu_words,
@@ -330,6 +331,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
                 lines.append(f"  - GPUs: {_md(gpu_words(info['gpu']))}")
         lines.append("")
     lines.extend(provenance_lines(summary))
+    lines.extend(attempts_lines(summary.get("attempts") or []))
     lines.append("## Method")
     lines.append("")
     method = summary.get("method") or {}

@@ -95,13 +95,13 @@ from .settings import (
 )
 from .stats import mean_ci95, percentile, summary, t975
 from .summary import describe_failures, summarize
-from .sweep import format_level_line, redact, sweep, sweep_outcome, unmeasured_level, write_json_atomic
+from .sweep import category_settings, format_level_line, redact, sweep, sweep_outcome, unmeasured_level, write_json_atomic
 from .worker import Worker, snap
 
 __all__ = [
     "APIS", "BODY", "CONNECTING", "DEFAULTS", "DEFAULT_LEVELS", "HEAD", "IDLE", "MAX_CONCURRENCY", "SENDING",
     "MetricsPoller", "Req", "RequestFactory", "ServerError", "SettingsError", "Stream", "Worker", "__version__",
-    "build_parser", "check_mode_against_server", "collect_outputs", "describe_running", "describe_failures",
+    "build_parser", "category_settings", "check_mode_against_server", "collect_outputs", "describe_running", "describe_failures",
     "describe_plan", "ensure_fd_limit", "flush_cache",
     "format_level_line",
     "http_call", "load_prompts", "main", "mean_ci95", "normalize_settings", "parse_base_url", "parse_levels",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import heapq
+import json
 import math
 import os
 import random
@@ -31,6 +32,7 @@ from .summary import window_interval
 __all__ = ["BODY", "CONNECTING", "HEAD", "IDLE", "SENDING", "Req", "Stream", "Worker", "arrival", "snap"]
 
 READ_SIZE = 256 * 1024
+PROGRESS_EVERY_S = 1.0  # how often a worker rewrites its progress file (when asked to)
 ADAPT_BINS = 250  # an adaptive window judges its interval on at most this many bins (a few ms a check)
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; Python does not name it
 _TIMESPEC = struct.Struct("@ll")  # struct timespec
@@ -167,6 +169,10 @@ class Worker(ResponseReader):
         self.handle = adapter.handle  # one streamed event into the request (False: an error object)
         self.fast = adapter.fast  # the API's parse of a plain chunk straight from the text, or None
         self.scale_to_usage = adapter.SCALE_TO_USAGE
+        # Live progress (the action plugin's lines while a level runs): this worker's tally, written
+        # once a second to <_progress_path>.w<index> when the caller asked for it (write_progress).
+        self.progress_path = settings.get("_progress_path") or None
+        self.next_progress = 0.0
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -251,6 +257,19 @@ class Worker(ResponseReader):
         self.ep.close()
         return self._result()
 
+    def _write_progress(self, now: float) -> None:
+        """This worker's requests done and failed and tokens read so far, one JSON line replaced whole
+        (a reader never sees half of it); a file that cannot be written costs only the progress."""
+        record = {"worker": self.widx, "ok": self.ok, "failed": self.failed, "tokens": self.whole_tokens,
+                  "window": self.ws is not None and now >= self.ws, "wall": time.time()}
+        path = f"{self.progress_path}.w{self.widx}"
+        try:
+            with open(path + ".tmp", "w", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+            os.replace(path + ".tmp", path)
+        except OSError:
+            self.progress_path = None
+
     def _control(self) -> None:
         data = os.read(self.ctrl_fd, 8)
         self.ep.unregister(self.ctrl_fd)
@@ -285,6 +304,9 @@ class Worker(ResponseReader):
             self._open_window(snap(now, self.t0, self.bin_w))
 
     def _housekeeping(self, now: float, final: bool = False) -> None:
+        if self.progress_path and (final or now >= self.next_progress):
+            self.next_progress = now + PROGRESS_EVERY_S
+            self._write_progress(now)
         if not self.reported and (final or (self.turned >= len(self.streams) and now >= self.min_ws)):
             self._report_ready(now)
         if self.adaptive and self.ws is not None and not self.stopping and now >= self.next_adapt:

@@ -1,0 +1,202 @@
+"""The plan and the live progress of a real compare run on the emulator, through ansible-runner:
+the plan printed before the first launch, a progress line every bench_progress_interval_s while a
+level runs, in the playbook's output, in the runner's job events and in progress.jsonl."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from compare_kit import RUN_TIMEOUT_S, node_vars, run_playbook
+from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run, start_playbook
+
+LEVELS = [1, 4]
+WINDOW_S = 6  # longer than the 5-s progress interval: every level prints at least one live line
+
+
+def node1(node: Path, **more) -> dict:
+    """The one emulated host of these runs: modes baseline and eagle3 at LEVELS, short levels."""
+    return node_vars(node, free_port(), time_scale=0.25, bench_concurrency=LEVELS, bench_warmup_s=1, **more)
+
+
+def progress_run(tmp_path_factory):
+    def build(tmp):
+        node = tmp / "node"
+        host = node1(node, bench_window_s=WINDOW_S, bench_progress_interval_s=5)
+        try:
+            return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "live"},
+                                timeout=RUN_TIMEOUT_S)
+        finally:
+            kill_node_servers(node)
+
+    return shared_run(tmp_path_factory, "compare-progress", build)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    found, tmp = progress_run(tmp_path_factory)
+    assert found.rc == 0, found.stdout[-4000:]
+    records = [json.loads(line) for line in (tmp / "results" / "live" / "progress.jsonl").read_text().splitlines()]
+    return found, records
+
+
+def test_plan_printed_before_the_first_launch(run):
+    found, records = run
+    plan = found.task("Print the plan")
+    assert [r["mode"] for r in plan["plan"]["launches"]] == ["baseline", "eagle3"]
+    assert all(r["levels"] == LEVELS for r in plan["plan"]["launches"])
+    assert "stated default" in plan["plan"]["estimated_how"]  # a new node: no launch on record
+    stdout = found.stdout
+    assert "node1 | plan | compare: hosts node1; modes baseline, eagle3; warm-up 1 s, window 6 s" in stdout
+    assert "node1 | plan | launch 1/2: baseline (its launch 1), levels [1, 4]" in stdout
+    assert "node1 | plan | expected wall time about" in stdout
+    assert stdout.index("| plan | expected wall time") < stdout.index("| progress |")
+    assert records[0]["event"] == "plan" and records[0]["plan"]["expected_s"] > 0
+    # Each launch's model load: its lines in progress.jsonl too, ending ready.
+    loads = [r for r in records if r["event"] == "load"]
+    assert [r["mode"] for r in loads if r["ready"]] == ["baseline", "eagle3"]
+    assert all(r["line"] in stdout for r in loads)
+
+
+def test_live_lines_in_output_events_and_jsonl(run):
+    found, records = run
+    live = [r for r in records if r["event"] == "level_progress"]
+    done = [r for r in records if r["event"] == "level_done"]
+    # Every level of both launches printed at least one live line, and its closing line.
+    assert {(r["launch"], r["concurrency"]) for r in live} == {(1, 1), (1, 4), (2, 1), (2, 4)}
+    assert [(r["mode"], r["concurrency"]) for r in done] == [("baseline", 1), ("baseline", 4), ("eagle3", 1),
+                                                            ("eagle3", 4)]
+    elapsed = [r["run_elapsed_s"] for r in records if r.get("run_elapsed_s") is not None]
+    assert len(elapsed) == len(records) - 1 and elapsed == sorted(elapsed)  # every record but the plan
+    for rec in live:
+        assert rec["launches"] == 2 and rec["levels"] == 2 and rec["level_eta_s"] >= 0 and rec["run_eta_s"] >= 0
+        assert rec["requests_ok"] is not None and rec["requests_failed"] == 0
+        assert rec["line"].startswith(f"node1 | progress | launch {rec['launch']}/2 {rec['mode']} | "
+                                      f"level {rec['level']}/2 C={rec['concurrency']}")
+        assert rec["line"] in found.stdout
+    # Requests counted while the level ran: the last live line of each level has some, and tok/s.
+    assert all(r["requests_ok"] > 0 and r["output_tok_per_s_so_far"] > 0 for r in live if r["phase"] == "window")
+    assert any(r["phase"] == "window" for r in live)
+    # The job events AWX shows live carry the same lines (display output: ansible-runner's verbose events).
+    event_text = [ev.get("stdout", "") for ev in found.events]
+    for rec in live + done:
+        assert any(rec["line"] in text for text in event_text), rec["line"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Interrupted (Ctrl-C: SIGINT to ansible-playbook) during eagle3's sweep, then resumed
+# ---------------------------------------------------------------------------------------------
+def playbook_pid(pdd: Path, timeout: float = 60) -> int:
+    """The ansible-playbook process this test started (its command line names the run's private folder)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if "ansible-playbook" in cmd and str(pdd) in cmd:
+                    found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+        # Its workers are forks with the same command line: the one whose parent is none of them.
+        top = [pid for pid, parent in found.items() if parent not in found]
+        if found and len(top) == 1:
+            return top[0]
+        time.sleep(0.2)
+    raise AssertionError("ansible-playbook did not start")
+
+
+def wait_levels(path: Path, count: int, thread, timeout: float = 400) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and thread.is_alive():
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if len(doc.get("levels") or []) >= count:
+            return doc
+        time.sleep(0.2)
+    raise AssertionError(f"{path} did not reach {count} levels")
+
+
+def interrupted_run(tmp_path_factory):
+    def build(tmp):
+        node = tmp / "node"
+        host = node1(node, bench_window_s=3)
+        extravars = {"results_dir": str(tmp / "results"), "run_id": "cut"}
+        host_dir = tmp / "results" / "cut" / "node1"
+        try:
+            thread, runner, pdd = start_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}), extravars,
+                                                 home=tmp / "home", name="runner-cut", timeout=RUN_TIMEOUT_S)
+            pid = playbook_pid(pdd)
+            wait_levels(host_dir / "eagle3.json", 1, thread)
+            os.kill(pid, signal.SIGINT)  # Ctrl-C, during eagle3's second level
+            thread.join(120)
+            assert not thread.is_alive(), "ansible-playbook went on after SIGINT"
+            cut = PlaybookRun.of(runner, pdd, extravars)
+            kept = {name: json.loads((host_dir / f"{name}.json").read_text()) for name in ("baseline", "eagle3")}
+            state = json.loads((tmp / "results" / "cut" / "run-state.json").read_text())
+            (tmp / "cut.json").write_text(json.dumps({"rc": cut.rc, "status": cut.status, "stdout": cut.stdout,
+                                                      "kept": kept, "state": state}))
+            return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
+                                dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
+        finally:
+            kill_node_servers(node)
+
+    return shared_run(tmp_path_factory, "compare-interrupted", build)
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    found, tmp = interrupted_run(tmp_path_factory)
+    return found, json.loads((tmp / "cut.json").read_text()), tmp / "results" / "cut"
+
+
+def test_an_interrupted_run_keeps_its_levels_and_says_how_to_resume(resumed):
+    unused_found, cut, unused_run_dir = resumed
+    assert cut["rc"] != 0
+    assert cut["kept"]["baseline"]["status"] == "complete"
+    assert [lv["concurrency"] for lv in cut["kept"]["baseline"]["levels"]] == LEVELS
+    eagle3 = cut["kept"]["eagle3"]
+    assert eagle3["status"] == "interrupted" and [lv["concurrency"] for lv in eagle3["levels"]] == [1]
+    # Ctrl-C reaches the worker as SIGINT (ansible-playbook forwards it), or as the SIGTERM of its cleanup.
+    assert re.match(r"interrupted by SIG(INT|TERM) after 1 of 2 levels", eagle3["error"]), eagle3["error"]
+    state = cut["state"]
+    assert state["status"] == "incomplete"
+    assert "ansible-playbook playbooks/compare.yml -e run_id=cut -e resume=true" in state["message"]
+    # The plan said it before the first launch, where an AWX cancel (a SIGKILL to the group) leaves no other word.
+    assert "-e run_id=cut -e resume=true resumes it" in cut["stdout"]
+
+
+def test_the_resumed_run_measures_only_what_is_missing_and_names_the_attempts(resumed, run):
+    found, cut, run_dir = resumed
+    assert found.rc == 0, found.stdout[-4000:]
+    assert "resuming run cut, attempt 2" in found.stdout
+    baseline = json.loads((run_dir / "node1" / "baseline.json").read_text())
+    eagle3 = json.loads((run_dir / "node1" / "eagle3.json").read_text())
+    assert baseline["started_at"] == cut["kept"]["baseline"]["started_at"]  # kept: not launched again
+    assert found.stdout.count("| ready after") == 1  # eagle3's launch only
+    assert eagle3["status"] == "complete"
+    assert [(lv["concurrency"], lv["attempt"]) for lv in eagle3["levels"]] == [(1, 1), (4, 2)]
+    assert eagle3["levels"][0] == dict(cut["kept"]["eagle3"]["levels"][0], attempt=1)
+    assert json.loads((run_dir / "run-state.json").read_text())["status"] == "complete"
+    # The report: the sections and levels of an uninterrupted run's (test_progress_runs's run), plus its attempts.
+    report = (run_dir / "node1" / "report.md").read_text()
+    whole, unused_records = run
+    whole_report = (Path(whole.extravars["results_dir"]) / "live" / "node1" / "report.md").read_text()
+
+    def sections(text):
+        return [line for line in text.splitlines() if line.startswith("## ")]
+
+    assert [s for s in sections(report) if s != "## Attempts"] == sections(whole_report)
+    assert "- `eagle3.json` (eagle3): attempt 1: C=1; attempt 2: C=4" in report
+    assert "- `baseline.json` (baseline): attempt 1: C=1, C=4" in report
+    assert "Attempts" in (run_dir / "node1" / "report.html").read_text()
