@@ -134,10 +134,13 @@ def _unmeasured_words(cross: dict, c_min: float | None, c_max: float | None) -> 
     return text
 
 
-def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
+def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None,
+                   refusal: str | None = None) -> dict:
     """The advice from the regions, and the adaptive table that carries it out, built only from clear
     verdicts (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``). Every
-    text says what was not measured, at both ends, and which levels were no evidence."""
+    text says what was not measured, at both ends, and which levels were no evidence. ``refusal``
+    (``serve_guard.adaptive_refusal``): why no adaptive table can serve the mode as it was measured;
+    then no table is given, the text says why, and serve_plan serves a static mode."""
     status = cross["status"]
     measured = cross.get("measured") or ([min(levels_measured), max(levels_measured)] if levels_measured else None)
     c_min, c_max = (measured or [None, None])
@@ -203,12 +206,20 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
                  "refinement measures it again.")
     if status != "unknown":
         text += _unmeasured_words(cross, c_min, c_max)
+    if refusal and table is not None:
+        table = None
+        if ranges:
+            text += (f" No adaptive table: {refusal}. To speculate only where it pays, measure {spec_mode} at top-k 1 "
+                     "(sglang_server_speculative_eagle_topk: 1 with sglang_server_speculative_num_steps and "
+                     "sglang_server_speculative_num_draft_tokens, one more than the steps) with compare.yml; until then "
+                     "a static mode is served, as measured.")
     return {
         "text": text,
         "speculate_below": below,
         "speculate_ranges": ranges,
         "adaptive_table": table,
         "adaptive_config": sglang_adaptive_config(table) if table else None,
+        "adaptive_refused": refusal if refusal and ranges else None,
     }
 
 
