@@ -158,17 +158,18 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         text = (f"Speculate ({spec_mode}) up to concurrency {below - 1}, the last level that clearly pays; from {below} "
                 "concurrent requests run without speculation." if below else
                 f"Speculate ({spec_mode}) {where}; elsewhere run without speculation.")
-        text += f" It stops paying between C={_bracket_words(cross)}"
+        # Where it stops paying (the bracket, the interpolated point) is the crossover's text: said once, there.
         gap = cross.get("bracket") or [None, None]
         # Levels measured between the two that bracket the crossing, with no clear verdict: named, so that
         # "only these two levels bracket it" never hides a level that was measured and could not tell.
         inside = [r for r in regs if r["verdict"] in (UNCLEAR, FAILED) and gap[0] and gap[1]
                   and gap[0] < r["from_concurrency"] and r["to_concurrency"] < gap[1]]
         if inside:
-            text += (f" Between them, at {_regions_words(inside, (UNCLEAR, FAILED))}, the data cannot tell: measure more "
+            text += (f" Between C={gap[0]:g} and C={gap[1]:g}, where it stops paying, at "
+                     f"{_regions_words(inside, (UNCLEAR, FAILED))} the data cannot tell: measure more "
                      "there (compare_launches: 2 or more, longer windows); the table runs without speculation there.")
         elif gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
-            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket where it stops paying: add levels in between "
                      "(compare_refine: true) to pin it down.")
     elif status in ("multiple", "loses_then_pays"):
         n = len(cross.get("crossings") or [])
@@ -221,16 +222,6 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         "adaptive_config": sglang_adaptive_config(table) if table else None,
         "adaptive_refused": refusal if refusal and ranges else None,
     }
-
-
-def _bracket_words(cross: dict) -> str:
-    """'30 and C=70 (the last level that clearly pays, the first that clearly loses: the 95% interval); ...'."""
-    lo, hi = cross.get("bracket") or [None, None]
-    point = fmt_conc(cross.get("concurrency"))
-    if lo is None:
-        return f"{point} (95% interval {cross.get('ci95_text') or 'not given'})."
-    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the interval, "
-            f"family-wise 95%); {point} is a log-linear interpolation between the levels, an estimate.")
 
 
 def _crossing_words(cross: dict) -> str:

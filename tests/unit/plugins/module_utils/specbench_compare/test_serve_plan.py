@@ -296,3 +296,16 @@ def test_an_algorithm_sglang_cannot_adapt_gets_no_table():
     assert summary["adaptive_config"] is None
     assert "runs EAGLE and EAGLE-3 only, and eagle3 is NGRAM" in summary["adaptive_refused"]
     assert not cmp.serve_plan(summary, "emulator")["mode"].endswith("-adaptive")
+
+
+def test_the_report_says_the_crossover_once_and_a_single_level_range_as_one_level():
+    # Pays at C=1 only, loses from C=4: the table speculates at batch size 1, never "1 to 1".
+    run = {"baseline": RUN["baseline"], "eagle3": result("eagle3", [level(1, 200.0), level(4, 300.0),
+                                                                    level(16, 1200.0)])}
+    summary = cmp.summarize_host(run, "node-a", "run-1")
+    assert summary["speculate_ranges"] == [[1, 2]], summary["levels"]
+    text = rep.render_markdown(summary, {})
+    assert "This table speculates at batch sizes 1, from" in text and "1 to 1" not in text
+    assert text.count(summary["crossover_text"]) == 1, text
+    assert text.count("stops paying between") == 1 and text.count("interpolated estimate") == 1, text
+    assert text.count(summary["recommendation"]) == 1
