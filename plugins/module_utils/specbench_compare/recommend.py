@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 
-from .common import fmt_conc
 from .crossover import ADD_LEVELS_RATIO
-from .verdict import FAILED, LOSES, PAYS, STOPS, UNCLEAR
+from .verdict import FAILED, LOSES, PAYS, UNCLEAR
 
 # SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
 # from batch size N, the candidate draft-step counts; 0 is plain decode.
@@ -173,17 +172,18 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
                      "(compare_refine: true) to pin it down.")
     elif status in ("multiple", "loses_then_pays"):
         n = len(cross.get("crossings") or [])
+        # Where it changes (each crossing's bracket and interpolated point) is the crossover's text: said once, there.
         text = (f"Speculate ({spec_mode}) {where}; elsewhere run without speculation: the verdict "
                 + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
-                + f" ({'; '.join(_crossing_words(c) for c in cross.get('crossings') or [])}). SGLang's adaptive config "
-                "below turns speculation on and off by batch size.")
+                + ("." if refusal else ". SGLang's adaptive config below turns speculation on and off by batch size."))
     elif status == "never_pays":
         text = (f"Do not speculate at C={c_min:g} to {c_max:g}: {spec_mode} is slower than the baseline at every "
                 "level measured there.")
     elif status == "pays_everywhere":
         text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
-                f"level. Above C={c_max:g} nothing was measured: the table runs without speculation there (SGLang's "
-                "default rows above it become steps [0]). Add higher levels to find where it stops paying.")
+                "level. Add higher levels to find where it stops paying."
+                + ("" if refusal else f" The table runs without speculation above C={c_max:g} (SGLang's default rows "
+                                      "there become steps [0])."))
     elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
         text = (f"Speculate ({spec_mode}) {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
                 f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
@@ -222,9 +222,3 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         "adaptive_config": sglang_adaptive_config(table) if table else None,
         "adaptive_refused": refusal if refusal and ranges else None,
     }
-
-
-def _crossing_words(cross: dict) -> str:
-    verb = "stops paying" if cross["direction"] == STOPS else "starts paying"
-    lo, hi = cross["bracket"]
-    return f"it {verb} between C={lo:g} and C={hi:g}, near {fmt_conc(cross['concurrency'])} (interpolated)"
