@@ -153,6 +153,8 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
     elif status not in ("unclear", "unknown"):
         table = adaptive_table_for([])
     where = _ranges_words(ranges) if ranges else "nowhere"
+    # What the adaptive table does at a level with no clear verdict; with no table (``refusal``) nothing to say.
+    off = "" if refusal else "; the table runs without speculation there"
     if status == "crosses":
         text = (f"Speculate ({spec_mode}) up to concurrency {below - 1}, the last level that clearly pays; from {below} "
                 "concurrent requests run without speculation." if below else
@@ -166,7 +168,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         if inside:
             text += (f" Between C={gap[0]:g} and C={gap[1]:g}, where it stops paying, at "
                      f"{_regions_words(inside, (UNCLEAR, FAILED))} the data cannot tell: measure more "
-                     "there (compare_launches: 2 or more, longer windows); the table runs without speculation there.")
+                     "there (compare_launches: 2 or more, longer windows)" + off + ".")
         elif gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
             text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket where it stops paying: add levels in between "
                      "(compare_refine: true) to pin it down.")
@@ -187,8 +189,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
     elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
         text = (f"Speculate ({spec_mode}) {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
                 f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
-                "(compare_launches: 2 or more, longer windows, compare_refine: true); until then the table below runs "
-                "without speculation there.")
+                "(compare_launches: 2 or more, longer windows, compare_refine: true)" + (off and "; until then" + off[1:]) + ".")
     elif status.startswith("loses_") or status.startswith("unclear_then_loses"):
         text = (f"Do not speculate at {_regions_words(regs, (LOSES,))}: {spec_mode} is slower there. At "
                 f"{_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
@@ -199,8 +200,7 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
     else:
         text = "No recommendation: no level has both modes measured with evidence."
     if holes and status in ("crosses", "multiple", "loses_then_pays"):
-        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there; the table "
-                 "runs without speculation there.")
+        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there" + off + ".")
     failed = cross.get("failed") or []
     if failed:
         text += (f" C={', '.join(f'{c:g}' for c in failed)} failed in a mode: no verdict there or across it; "

@@ -184,6 +184,7 @@ def static_choice(summary: dict, spec: str, engine: str, refused: str) -> dict:
     else:
         plan = _plan(base, engine, None, None, f"the baseline: {why}; {figure}, not clearly above 1")
     plan["adaptive_refused"] = refused
+    plan["gain_text"] = figure
     plan["expected_gain"] = {spec: {k: gain.get(k) for k in ("gain", "gain_ci95", "verdict", "weighed")}}
     return plan
 

@@ -446,7 +446,10 @@ def summarize_host(
         # No adaptive table serves the mode as measured: the static mode serve.yml serves, and why, said here.
         chosen = serve_plan(summary, engine)
         summary["static_choice"] = chosen["mode"]
-        summary["recommendation"] = f"{summary['recommendation']} serve.yml serves {chosen['text']}."
+        what = (f"{chosen['mode']} as measured (static, every batch size)" if chosen["mode"] != baseline
+                else "the baseline")
+        summary["recommendation"] = (f"{summary['recommendation']} serve.yml serves {what}: "
+                                     f"{chosen.get('gain_text') or chosen['text']}.")
     if (summary.get("traffic") or {}).get("traffic"):
         # The served configuration's expected gain on the same traffic (schedule.served_series).
         try:
