@@ -127,7 +127,7 @@ def test_a_run_measured_at_another_top_k_recommends_no_adaptive_table_but_a_stat
     assert "runs top-k 1 only, and eagle3 was measured at top-k 4 (resolved by the server)" in summary["adaptive_refused"]
     plan = cmp.serve_plan(summary, "emulator")
     assert plan["mode"] == summary["static_choice"] in ("baseline", "eagle3"), plan
-    assert summary["adaptive_refused"] in plan["text"] and plan["text"] in summary["recommendation"]
+    assert summary["adaptive_refused"] in plan["text"] and plan["gain_text"] in summary["recommendation"]
     assert not (tmp / "before-serve-serve.json").exists(), "nothing served before the first serve"
 
 
