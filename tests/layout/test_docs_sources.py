@@ -187,9 +187,11 @@ def quoted_percentages(value: str) -> list[str]:
 
 
 def missing_figures(value: str, output: str) -> list[str]:
-    """The percentages ``value`` quotes that ``output`` does not print (N.0 for N, a range's first end as N-M%)."""
+    """The percentages ``value`` quotes that ``output`` does not print: as a percentage (N.0 for N, a range's
+    first end as N-M%), or as a share after '=' to three places (86.3% as pays=0.863)."""
     return [n for n in quoted_percentages(value)
-            if not re.search(rf"(?<![\d.]){re.escape(n)}(?:\.0)?(?:%|-\d+(?:\.\d+)?%)", output)]
+            if not re.search(rf"(?<![\d.]){re.escape(n)}(?:\.0)?(?:%|-\d+(?:\.\d+)?%)", output)
+            and not re.search(rf"=\s*{float(n) / 100:.3f}(?!\d)", output)]
 
 
 def test_computed_figures_are_in_their_scripts_stored_output_and_it_is_fresh():
@@ -225,6 +227,8 @@ def test_the_rows_not_stored_yet_are_still_rows_without_a_stored_output():
     ("4.4% at +-2%, 3.2% at +-25%", "  +-2%: 4.4% (22/500)\n  +-25%: 3.2% (16/500)", []),
     ("0-5.0% in every cell", "claims 0.0% ... 5.0%", []),
     ("4.5% at +-2%", "4.4% (22/500)", ["4.5"]),
+    ("86.3% of first runs (fixed 19.3%)", "pays=0.863 runs=400\npays=0.193 runs=400", []),
+    ("86.4% of first runs", "pays=0.863 runs=400", ["86.4"]),
 ])
 def test_the_figure_check_finds_a_figure_the_output_does_not_print(value, output, lost):
     assert missing_figures(value, output) == lost
