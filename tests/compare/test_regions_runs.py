@@ -183,7 +183,8 @@ def test_the_moe_profile_reports_multiple_with_both_regions_where_the_model_puts
         lo, hi = cross["bracket"]
         assert lo <= true_c <= hi, (cross, truth)
     report = (run_dir / "moe" / "report.md").read_text()
-    assert "**Regions**: loses at C=4; pays at C=32; loses at C=128" in report
+    # The regions are said once, in the crossover's line (render: no separate Regions line repeating them).
+    assert "regions: loses at C=4; pays at C=32; loses at C=128" in report and report.count("regions: ") == 1
     assert "again" in found["recommendation"] or found["speculate_ranges"][0][0] > 1
 
 

@@ -5,10 +5,9 @@ analytic, and loses at 64, 0.85x: the analytic crossover is near 50), copied int
 own results folder, all in one module-scoped fixture, in the order an infra team would meet them:
 
 1. compare.yml: baseline and eagle3 at C = 16, 32 and 64 (short windows), the accuracy run;
-2. serve.yml as the AWX workflow's serve node runs it (the compare node's set_stats handed over,
-   run_id left empty): the run recommends eagle3-adaptive with its table, but SGLang's adaptive
-   speculation runs top-k 1 and the run measured top-k 4: refused in the preflight, by flag, with
-   the fix named, nothing launched (serve only what was measured);
+2. what the run recommends: SGLang's adaptive speculation runs top-k 1 and the run measured top-k 4,
+   so no adaptive table, and a static mode with the reason (serve only what was measured; serve.yml
+   with the defaults on each emulator profile: test_default_path_runs);
 3. serve.yml -e serve_mode=eagle3 -e serve_on_regression=fail: static EAGLE-3, the configuration
    measured, served and proved against the best static mode at each level; where it is clearly
    slower (C=64) the play fails with serve.json written and the service running;
@@ -79,7 +78,7 @@ def served(tmp_path_factory):
             nostart = {"serve_mode": "baseline", "sglang_server_emulator_load_seconds": 60,
                        "sglang_server_ready_timeout": 3}
             emulator_init = node / "sglang_emulator" / "__init__.py"
-            for name, more in (("refused", {}), ("serve", fail), ("again", fail), ("newer", fail), ("nostart", nostart),
+            for name, more in (("serve", fail), ("again", fail), ("newer", fail), ("nostart", nostart),
                                ("rollback", {"serve_mode": "baseline"}), ("absent", {"serve_state": "absent"})):
                 # What the run before left, for the tests (the next run rewrites it).
                 for src, dest in ((tmp / f"results/{RUN_ID}/llama/serve.json", tmp / f"before-{name}-serve.json"),
@@ -88,11 +87,7 @@ def served(tmp_path_factory):
                                   (node / f"state/servers/{port}.json", tmp / f"before-{name}-server.json")):
                     if src.is_file():
                         dest.write_text(src.read_text())
-                # The first serve runs as AWX's workflow node after compare: no run id of its own (the survey's
-                # empty answer), the compare node's set_stats handed over as extra vars.
-                given = ({"results_dir": extra["results_dir"], "run_id": "",
-                          "specbench_compare": compare.artifact_stats()["specbench_compare"]}
-                         if name == "refused" else extra)
+                given = extra
                 shipped = emulator_init.read_text() if name == "newer" else None
                 if shipped is not None:  # another build of the node's engine since the run (same public version)
                     emulator_init.write_text(shipped.replace('"0.5.23+specbench-emulator"', '"0.5.23+specbench-emulator.1"'))
@@ -111,7 +106,7 @@ def served(tmp_path_factory):
         return compare
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
-    names = ("refused", "serve", "again", "newer", "nostart", "rollback", "bench", "absent")
+    names = ("serve", "again", "newer", "nostart", "rollback", "bench", "absent")
     run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in names if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
@@ -128,19 +123,15 @@ def test_compare_crosses_on_a_machine_that_kept_up(served):
     assert summary["speculate_ranges"] and summary["speculate_ranges"] != [[1, None]], summary["recommendation"]
 
 
-def test_an_adaptive_table_measured_at_another_top_k_is_refused_before_anything_runs(served):
-    run, tmp = served
-    refused = run.extra["refused"]
+def test_a_run_measured_at_another_top_k_recommends_no_adaptive_table_but_a_static_mode(served):
+    unused, tmp = served
     summary = json.loads((host_dir(tmp) / "summary.json").read_text())
-    # The run id came from the compare node's set_stats (AWX's handover), not from -e run_id.
-    assert "of a compare.yml run" not in refused.stdout and "No run to serve" not in refused.stdout
+    assert summary["adaptive_config"] is None and not (host_dir(tmp) / "adaptive-config.json").exists()
+    assert "runs top-k 1 only, and eagle3 was measured at top-k 4 (resolved by the server)" in summary["adaptive_refused"]
     plan = cmp.serve_plan(summary, "emulator")
-    assert plan["mode"] == "eagle3-adaptive", plan  # where the machine kept up the run crosses (test above)
-    assert refused.rc != 0 and "--speculative-eagle-topk is 1 now, 4 (resolved by the server)" in refused.stdout, \
-        refused.stdout[-6000:]
-    assert "adaptive speculation runs top-k 1 only" in refused.stdout
-    assert refused.task_started("Launch SGLang or the emulator") == []
-    assert not (tmp / "before-serve-serve.json").exists(), "refused before anything was written"
+    assert plan["mode"] == summary["static_choice"] in ("baseline", "eagle3"), plan
+    assert summary["adaptive_refused"] in plan["text"] and plan["gain_text"] in summary["recommendation"]
+    assert not (tmp / "before-serve-serve.json").exists(), "nothing served before the first serve"
 
 
 def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):

@@ -236,7 +236,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         status = (summary.get("crossover_status") or "unknown").replace("_", " ")
         lines.append(f"- **Crossover ({spec} vs {base}, {status})**: {_md(summary.get('crossover_text'))}.")
         regs = summary.get("regions") or []
-        if regs:
+        if regs and "regions:" not in str(summary.get("crossover_text") or ""):  # said once: in the crossover's text
             lines.append("- **Regions**: " + "; ".join(
                 f"{r['verdict']} at C={r['from_concurrency']:g}"
                 + ("" if r["to_concurrency"] == r["from_concurrency"] else f" to {r['to_concurrency']:g}")
@@ -264,7 +264,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
             lines.append("")
     lines.extend(prompt_set_lines(summary))
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
-        lines.extend(_level_table(comp, base, spec_mode))
+        lines.extend(_level_table(comp, base, spec_mode, spec_mode == spec))
         lines.extend(terms_table(comp, spec_mode))
         lines.extend(category_table(comp, spec_mode, summary.get("servers") or {}))
     lines.extend(separate_lines(summary))
@@ -279,7 +279,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.append("")
         ranges = summary.get("speculate_ranges") or []
         if ranges:
-            where = ", ".join(f"{a} to {b - 1}" if b else f"from {a}" for a, b in ranges)
+            where = ", ".join(f"from {a}" if not b else f"{a}" if b - 1 <= a else f"{a} to {b - 1}" for a, b in ranges)
             lines.append(f"This table speculates at batch sizes {where}, from a level that clearly pays (family-wise) "
                          "to the last level that clearly pays, and turns it off (candidate steps `[0]`, plain decode) "
                          "everywhere else: unclear, failed, saturated and unmeasured levels included, below the lowest "
@@ -467,7 +467,7 @@ def _proof_accept(row: dict) -> str:
                 note, "none (no speculative step counted over the window)")
 
 
-def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+def _level_table(comp: dict, base: str, spec_mode: str, primary: bool = False) -> list[str]:
     lines = [f"## {spec_mode} against {base}, per level", ""]
     lines.append(f"| C | {base} tok/s [95%, this window] | {spec_mode} tok/s [95%, this window] | speedup [95%, this level] | "
                  "speedup [family-wise: all levels at once, decides the verdict] | per-stream speedup [95%] | "
@@ -506,8 +506,9 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
                      + "; ".join(f"C={conc}: {info['launches']} launch(es) per mode, {_md(info['why'])}"
                                  for conc, info in sequence["levels"].items()) + ".")
         lines.append("")
-    lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
-    lines.append("")
+    if not primary:  # the primary comparison's crossover and recommendation are the Verdict's, said once there
+        lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
+        lines.append("")
     return lines
 
 

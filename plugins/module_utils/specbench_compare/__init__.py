@@ -72,13 +72,23 @@ from .recommend import (
     speculate_ranges,
 )
 from .refine import refine_plan
-from .schedule import BASELINE_SERVED, SCHEDULE_RULE, schedule_words, serve_plan, served_series, vllm_schedule
+from .schedule import (
+    BASELINE_SERVED,
+    SCHEDULE_RULE,
+    schedule_words,
+    serve_plan,
+    served_series,
+    static_choice,
+    vllm_schedule,
+)
 from .sequential import look_alphas, merge_looks, open_look_alpha, plan_round, rounds_done, runs_at_look
 from .sequential import method_text as sequential_method_text
 from .serve_guard import (
+    ADAPTIVE_ALGORITHMS,
     RETIRED,
     SERVED,
     WORKLOAD_KEYS,
+    adaptive_refusal,
     identity_differences,
     incomplete_problems,
     measured_mode,
@@ -136,13 +146,14 @@ from .verdict import (
 )
 
 __all__ = [
+    "ADAPTIVE_ALGORITHMS", "adaptive_refusal",
     "ADD_LEVELS_RATIO", "ARGUMENT_SPEC", "BASELINE", "BORROWED_NOTE", "CI_METHOD", "CROSSOVER_METHOD", "FAILED",
     "LOSES", "PAYS", "POOLED_METHOD", "SATURATED", "SCHEMA", "SGLANG_DEFAULT_ADAPTIVE", "STARTS", "STOPS", "UNCLEAR",
     "adaptive_table", "adaptive_table_for", "borrow_ci", "capacity_settings", "compact", "compare_pair",
     "confounders", "crossover", "draft_steps", "fmt_conc", "gpu_checks", "gpu_facts", "interpolated_crossing", "level_failure",
     "level_figures", "level_saturation", "level_verdict", "log_half_width", "mode_series", "outcome_error",
     "pool_level", "pool_runs", "ratio_ci", "recommendation", "refine_plan", "regions", "run_seconds", "running_cap",
-    "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "vllm_schedule",
+    "series_status", "sglang_adaptive_config", "SCHEDULE_RULE", "schedule_words", "serve_plan", "static_choice", "vllm_schedule",
     "BASELINE_SERVED", "served_series",
     "RETIRED", "SERVED", "WORKLOAD_KEYS", "identity_differences", "incomplete_problems", "measured_mode",
     "proof_workload", "retire",

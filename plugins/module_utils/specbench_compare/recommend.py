@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 
-from .common import fmt_conc
 from .crossover import ADD_LEVELS_RATIO
-from .verdict import FAILED, LOSES, PAYS, STOPS, UNCLEAR
+from .verdict import FAILED, LOSES, PAYS, UNCLEAR
 
 # SGLang 0.5.23's default --speculative-adaptive-config rows (srt/speculative/adaptive_spec_params.py):
 # from batch size N, the candidate draft-step counts; 0 is plain decode.
@@ -134,10 +133,13 @@ def _unmeasured_words(cross: dict, c_min: float | None, c_max: float | None) -> 
     return text
 
 
-def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None) -> dict:
+def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None,
+                   refusal: str | None = None) -> dict:
     """The advice from the regions, and the adaptive table that carries it out, built only from clear
     verdicts (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``). Every
-    text says what was not measured, at both ends, and which levels were no evidence."""
+    text says what was not measured, at both ends, and which levels were no evidence. ``refusal``
+    (``serve_guard.adaptive_refusal``): why no adaptive table can serve the mode as it was measured;
+    then no table is given, the text says why, and serve_plan serves a static mode."""
     status = cross["status"]
     measured = cross.get("measured") or ([min(levels_measured), max(levels_measured)] if levels_measured else None)
     c_min, c_max = (measured or [None, None])
@@ -151,40 +153,43 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
     elif status not in ("unclear", "unknown"):
         table = adaptive_table_for([])
     where = _ranges_words(ranges) if ranges else "nowhere"
+    # What the adaptive table does at a level with no clear verdict; with no table (``refusal``) nothing to say.
+    off = "" if refusal else "; the table runs without speculation there"
     if status == "crosses":
         text = (f"Speculate ({spec_mode}) up to concurrency {below - 1}, the last level that clearly pays; from {below} "
                 "concurrent requests run without speculation." if below else
                 f"Speculate ({spec_mode}) {where}; elsewhere run without speculation.")
-        text += f" It stops paying between C={_bracket_words(cross)}"
+        # Where it stops paying (the bracket, the interpolated point) is the crossover's text: said once, there.
         gap = cross.get("bracket") or [None, None]
         # Levels measured between the two that bracket the crossing, with no clear verdict: named, so that
         # "only these two levels bracket it" never hides a level that was measured and could not tell.
         inside = [r for r in regs if r["verdict"] in (UNCLEAR, FAILED) and gap[0] and gap[1]
                   and gap[0] < r["from_concurrency"] and r["to_concurrency"] < gap[1]]
         if inside:
-            text += (f" Between them, at {_regions_words(inside, (UNCLEAR, FAILED))}, the data cannot tell: measure more "
-                     "there (compare_launches: 2 or more, longer windows); the table runs without speculation there.")
+            text += (f" Between C={gap[0]:g} and C={gap[1]:g}, where it stops paying, at "
+                     f"{_regions_words(inside, (UNCLEAR, FAILED))} the data cannot tell: measure more "
+                     "there (compare_launches: 2 or more, longer windows)" + off + ".")
         elif gap[0] and gap[1] and gap[1] / gap[0] > ADD_LEVELS_RATIO:
-            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket it: add levels in between "
+            text += (f" Only the levels C={gap[0]:g} and C={gap[1]:g} bracket where it stops paying: add levels in between "
                      "(compare_refine: true) to pin it down.")
     elif status in ("multiple", "loses_then_pays"):
         n = len(cross.get("crossings") or [])
+        # Where it changes (each crossing's bracket and interpolated point) is the crossover's text: said once, there.
         text = (f"Speculate ({spec_mode}) {where}; elsewhere run without speculation: the verdict "
                 + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
-                + f" ({'; '.join(_crossing_words(c) for c in cross.get('crossings') or [])}). SGLang's adaptive config "
-                "below turns speculation on and off by batch size.")
+                + ("." if refusal else ". SGLang's adaptive config below turns speculation on and off by batch size."))
     elif status == "never_pays":
         text = (f"Do not speculate at C={c_min:g} to {c_max:g}: {spec_mode} is slower than the baseline at every "
                 "level measured there.")
     elif status == "pays_everywhere":
         text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
-                f"level. Above C={c_max:g} nothing was measured: the table runs without speculation there (SGLang's "
-                "default rows above it become steps [0]). Add higher levels to find where it stops paying.")
+                "level. Add higher levels to find where it stops paying."
+                + ("" if refusal else f" The table runs without speculation above C={c_max:g} (SGLang's default rows "
+                                      "there become steps [0])."))
     elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
         text = (f"Speculate ({spec_mode}) {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
                 f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
-                "(compare_launches: 2 or more, longer windows, compare_refine: true); until then the table below runs "
-                "without speculation there.")
+                "(compare_launches: 2 or more, longer windows, compare_refine: true)" + (off and "; until then" + off[1:]) + ".")
     elif status.startswith("loses_") or status.startswith("unclear_then_loses"):
         text = (f"Do not speculate at {_regions_words(regs, (LOSES,))}: {spec_mode} is slower there. At "
                 f"{_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "
@@ -195,34 +200,25 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
     else:
         text = "No recommendation: no level has both modes measured with evidence."
     if holes and status in ("crosses", "multiple", "loses_then_pays"):
-        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there; the table "
-                 "runs without speculation there.")
+        text += (f" At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there" + off + ".")
     failed = cross.get("failed") or []
     if failed:
         text += (f" C={', '.join(f'{c:g}' for c in failed)} failed in a mode: no verdict there or across it; "
                  "refinement measures it again.")
     if status != "unknown":
         text += _unmeasured_words(cross, c_min, c_max)
+    if refusal and table is not None:
+        table = None
+        if ranges:
+            text += (f" No adaptive table: {refusal}. To speculate only where it pays, measure {spec_mode} at top-k 1 "
+                     "(sglang_server_speculative_eagle_topk: 1 with sglang_server_speculative_num_steps and "
+                     "sglang_server_speculative_num_draft_tokens, one more than the steps) with compare.yml; until then "
+                     "a static mode is served, as measured.")
     return {
         "text": text,
         "speculate_below": below,
         "speculate_ranges": ranges,
         "adaptive_table": table,
         "adaptive_config": sglang_adaptive_config(table) if table else None,
+        "adaptive_refused": refusal if refusal and ranges else None,
     }
-
-
-def _bracket_words(cross: dict) -> str:
-    """'30 and C=70 (the last level that clearly pays, the first that clearly loses: the 95% interval); ...'."""
-    lo, hi = cross.get("bracket") or [None, None]
-    point = fmt_conc(cross.get("concurrency"))
-    if lo is None:
-        return f"{point} (95% interval {cross.get('ci95_text') or 'not given'})."
-    return (f"{lo:g} and C={hi:g} (the last level that clearly pays and the first that clearly loses: the interval, "
-            f"family-wise 95%); {point} is a log-linear interpolation between the levels, an estimate.")
-
-
-def _crossing_words(cross: dict) -> str:
-    verb = "stops paying" if cross["direction"] == STOPS else "starts paying"
-    lo, hi = cross["bracket"]
-    return f"it {verb} between C={lo:g} and C={hi:g}, near {fmt_conc(cross['concurrency'])} (interpolated)"

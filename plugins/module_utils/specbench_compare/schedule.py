@@ -156,9 +156,37 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
         # It pays clearly at every level up to the server's running cap: no batch size is left unmeasured.
         return _plan(spec, engine, None, None, f"{spec}: it clearly pays at every level measured, up to the server's "
                      f"running cap ({cap})")
+    refused = summary.get("adaptive_refused")
+    if refused:
+        return static_choice(summary, spec, engine, refused)
     adaptive = spec if spec.endswith("-adaptive") else f"{spec}-adaptive"
     return _plan(adaptive, engine, None, summary.get("adaptive_config"),
                  f"{adaptive} with the run's adaptive table: speculation on where {spec} clearly pays, off elsewhere")
+
+
+def static_choice(summary: dict, spec: str, engine: str, refused: str) -> dict:
+    """SGLang where no adaptive table can serve ``spec`` as measured (``refused``, from
+    ``serve_guard.adaptive_refusal``): ``spec`` as measured, speculating at every batch size, where its
+    expected gain (``traffic_gain``: on compare_traffic when given, else an even share of time at each
+    level measured) is clearly above 1; else the baseline. Either way the text says why, with the gain."""
+    base = summary.get("baseline_mode") or BASELINE
+    gain = _expected_gain(summary, spec, engine)
+    if gain.get("gain") is not None:
+        lo, hi = gain["gain_ci95"]
+        figure = (f"{spec} served statically is expected to gain {gain['gain']:.2f}x [{lo:.2f}, {hi:.2f}] over "
+                  f"{base} (95%, {_gain_basis(summary)}; expected from the run, not measured: serve.yml's proof "
+                  "measures it)")
+    else:
+        figure = f"no expected gain of {spec} served statically ({gain.get('text') or 'no level gives an estimate'})"
+    why = f"no adaptive table ({refused})"
+    if gain.get("verdict") == PAYS:
+        plan = _plan(spec, engine, None, None, f"{spec} as measured (static, every batch size): {why}; {figure}")
+    else:
+        plan = _plan(base, engine, None, None, f"the baseline: {why}; {figure}, not clearly above 1")
+    plan["adaptive_refused"] = refused
+    plan["gain_text"] = figure
+    plan["expected_gain"] = {spec: {k: gain.get(k) for k in ("gain", "gain_ci95", "verdict", "weighed")}}
+    return plan
 
 
 def _gain_traffic(summary: dict) -> list[dict]:

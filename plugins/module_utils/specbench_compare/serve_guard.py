@@ -116,6 +116,36 @@ def _resolved(result: dict, engine: str) -> dict:
     return out
 
 
+# The speculative algorithms SGLang's adaptive speculation runs (NEXTN is SGLang's alias of EAGLE), and
+# only at top-k 1: sglang/srt/speculative/adaptive_spec_params.py, adaptive_unsupported_reason.
+ADAPTIVE_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+
+
+def adaptive_refusal(mode: str, result: dict | None) -> str | None:
+    """Why an adaptive table built from ``mode``'s measurement would not serve what the run measured, or
+    None where it would (or where the run does not say: serve.yml's identity check still holds the
+    launch to the measured command). SGLang's adaptive speculation runs EAGLE, EAGLE-3 (and NEXTN) at
+    top-k 1 only: a table built from a mode measured at another top-k, or from another algorithm,
+    would serve a configuration the run never measured. vLLM serves a per-batch-size schedule of the
+    mode as measured (``vllm_schedule``): never refused here."""
+    result = result or {}
+    engine = str(result.get("engine") or "")
+    command = (result.get("server") or {}).get("command")
+    if engine == "vllm" or not command or mode.endswith("-adaptive"):
+        return None
+    given, resolved = identity(command, engine), _resolved(result, engine)
+    algo = str(resolved.get("--speculative-algorithm") or given.get("--speculative-algorithm") or "").upper()
+    if algo and algo not in ADAPTIVE_ALGORITHMS:
+        return (f"SGLang's adaptive speculation runs EAGLE and EAGLE-3 only, and {mode} is {algo}: an adaptive "
+                f"table would serve a configuration this run did not measure")
+    topk = given.get("--speculative-eagle-topk") or resolved.get("--speculative-eagle-topk")
+    if algo and topk is not None and str(topk) != "1":
+        how = "" if "--speculative-eagle-topk" in given else " (resolved by the server)"
+        return (f"SGLang's adaptive speculation runs top-k 1 only, and {mode} was measured at top-k {topk}{how}: an "
+                "adaptive table built from it would serve a configuration this run did not measure")
+    return None
+
+
 def identity_differences(launched_argv: list, results: dict, plan_mode: str, engine: str) -> list[str]:
     """Each identity flag of the command about to be launched that differs from the run's command for
     the same configuration ('<flag> is X now, Y when the run measured <mode>'). A flag the launch sets

@@ -24,6 +24,7 @@ from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .sequential import merge_looks
+from .serve_guard import adaptive_refusal
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -178,7 +179,7 @@ def _finish(rows: list[dict], widened: list[int], family_size: int, borrowed: se
     """The comparison from its final rows: crossover, recommendation, notes."""
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
-    rec = recommendation(cross, spec_mode, measured, draft_steps(spec))
+    rec = recommendation(cross, spec_mode, measured, draft_steps(spec), adaptive_refusal(spec_mode, spec))
     notes = list(cross["notes"])
     single = [r["concurrency"] for r in rows if r.get("speedup_ci95") and (r.get("launches") or 1) == 1]
     if launch_floor and single:
@@ -209,6 +210,7 @@ def _finish(rows: list[dict], widened: list[int], family_size: int, borrowed: se
         "speculate_ranges": rec["speculate_ranges"],
         "adaptive_table": rec["adaptive_table"],
         "adaptive_config": rec["adaptive_config"],
+        "adaptive_refused": rec["adaptive_refused"],
         "notes": notes,
         "categories_paying": paying_longest(rows),
         "launch_variation": {"floor": launch_floor, "widened": widened,
@@ -393,6 +395,7 @@ def summarize_host(
         "speculate_ranges",
         "adaptive_table",
         "adaptive_config",
+        "adaptive_refused",
         "notes",
         "categories_paying",
         "family",
@@ -438,6 +441,15 @@ def summarize_host(
     engine = "vllm" if any(info.get("engine") == "vllm" for info in summary["servers"].values()) else "sglang"
     if engine == "vllm":
         summary["serve_schedule"] = serve_schedule(summary)
+    summary["static_choice"] = None
+    if summary.get("adaptive_refused") and engine != "vllm":
+        # No adaptive table serves the mode as measured: the static mode serve.yml serves, and why, said here.
+        chosen = serve_plan(summary, engine)
+        summary["static_choice"] = chosen["mode"]
+        what = (f"{chosen['mode']} as measured (static, every batch size)" if chosen["mode"] != baseline
+                else "the baseline")
+        summary["recommendation"] = (f"{summary['recommendation']} serve.yml serves {what}: "
+                                     f"{chosen.get('gain_text') or chosen['text']}.")
     if (summary.get("traffic") or {}).get("traffic"):
         # The served configuration's expected gain on the same traffic (schedule.served_series).
         try:
@@ -498,6 +510,8 @@ def compact(summary: dict) -> dict:
         "speculate_below": summary.get("speculate_below"),
         "speculate_ranges": summary.get("speculate_ranges"),
         "adaptive_config": summary.get("adaptive_config"),
+        "adaptive_refused": summary.get("adaptive_refused"),
+        "static_choice": summary.get("static_choice"),
         "confounders": len(summary.get("confounders") or []),
         "output_match": {m: {"share": v.get("share"), "status": v.get("status")}
                          for m, v in (summary.get("output_match") or {}).items()},

@@ -244,3 +244,68 @@ def test_the_served_series_keeps_an_unclear_speculating_level_unclear():
     unused, series = cmp.served_series(dict(sglang, speculate_ranges=[[1, 4]]), plan)
     assert [(r["concurrency"], r["verdict"]) for r in series] == \
         [(1, "pays"), (4, "baseline served"), (16, "baseline served")]
+
+
+# ---------------------------------------------------------------------------------------------
+# Only what can be served as measured: SGLang's adaptive table from EAGLE/EAGLE-3 at top-k 1 only
+# ---------------------------------------------------------------------------------------------
+def sglang_run(topk, algorithm="EAGLE3", spec_levels=None):
+    """The RUN above with the speculative mode's server saying which top-k and algorithm it resolved."""
+    spec = result("eagle3", spec_levels or [level(1, 200.0), level(4, 500.0), level(16, 1200.0)])
+    spec["server"]["command"] = ["python3", "-m", "sglang.launch_server", "--speculative-algorithm", algorithm]
+    spec["server"]["server_info"].update(speculative_algorithm=algorithm, speculative_eagle_topk=topk)
+    return {"baseline": RUN["baseline"], "eagle3": spec}
+
+
+def test_a_mode_measured_at_top_k_1_gets_the_adaptive_table():
+    summary = cmp.summarize_host(sglang_run(1), "node-a", "run-1")
+    assert summary["adaptive_refused"] is None and summary["static_choice"] is None
+    assert summary["adaptive_config"] and summary["speculate_ranges"] == [[1, 5]]
+    assert cmp.serve_plan(summary, "emulator")["mode"] == "eagle3-adaptive"
+
+
+def test_a_mode_measured_at_another_top_k_gets_no_table_and_a_static_mode_with_the_reason():
+    summary = cmp.summarize_host(sglang_run(4), "node-a", "run-1")
+    why = "SGLang's adaptive speculation runs top-k 1 only, and eagle3 was measured at top-k 4 (resolved by the server)"
+    assert summary["adaptive_config"] is None and summary["adaptive_table"] is None
+    assert summary["adaptive_refused"].startswith(why)
+    # The regions stay what they were (pays at 1 and 4, loses at 16): only the served configuration changes.
+    assert summary["speculate_ranges"] == [[1, 5]]
+    # By tokens on an even share of time: 1900 served against the baseline's 1980 -> not clearly above 1.
+    plan = cmp.serve_plan(summary, "emulator")
+    assert plan["mode"] == "baseline" and plan["adaptive_config"] is None and why in plan["text"]
+    assert summary["static_choice"] == "baseline"
+    assert "No adaptive table: " + why in summary["recommendation"]
+    assert "serve.yml serves the baseline" in summary["recommendation"]
+    assert cmp.compact(summary)["adaptive_refused"] == summary["adaptive_refused"]
+    text = rep.render_markdown(summary, {})
+    assert why in text and "## SGLang adaptive speculation" not in text
+
+
+def test_where_the_static_mode_clearly_gains_it_is_served_statically():
+    paying = [level(1, 200.0), level(4, 700.0), level(16, 1450.0, rel_half=0.005)]
+    summary = cmp.summarize_host(sglang_run(4, spec_levels=paying), "node-a", "run-1")
+    plan = cmp.serve_plan(summary, "sglang")
+    assert summary["adaptive_refused"] and plan["mode"] == "eagle3" and plan["adaptive_config"] is None
+    assert plan["expected_gain"]["eagle3"]["verdict"] == "pays", plan
+    assert "eagle3 as measured (static, every batch size)" in summary["recommendation"]
+
+
+def test_an_algorithm_sglang_cannot_adapt_gets_no_table():
+    summary = cmp.summarize_host(sglang_run(None, algorithm="NGRAM"), "node-a", "run-1")
+    assert summary["adaptive_config"] is None
+    assert "runs EAGLE and EAGLE-3 only, and eagle3 is NGRAM" in summary["adaptive_refused"]
+    assert not cmp.serve_plan(summary, "emulator")["mode"].endswith("-adaptive")
+
+
+def test_the_report_says_the_crossover_once_and_a_single_level_range_as_one_level():
+    # Pays at C=1 only, loses from C=4: the table speculates at batch size 1, never "1 to 1".
+    run = {"baseline": RUN["baseline"], "eagle3": result("eagle3", [level(1, 200.0), level(4, 300.0),
+                                                                    level(16, 1200.0)])}
+    summary = cmp.summarize_host(run, "node-a", "run-1")
+    assert summary["speculate_ranges"] == [[1, 2]], summary["levels"]
+    text = rep.render_markdown(summary, {})
+    assert "This table speculates at batch sizes 1, from" in text and "1 to 1" not in text
+    assert text.count(summary["crossover_text"]) == 1, text
+    assert text.count("stops paying between") == 1 and text.count("interpolated estimate") == 1, text
+    assert text.count(summary["recommendation"]) == 1

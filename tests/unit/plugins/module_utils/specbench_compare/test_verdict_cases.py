@@ -140,8 +140,10 @@ def test_a_crossing_between_30_and_70_at_one_percent_gets_the_whole_bracket_and_
     cross = cmp.crossover(rows([1.5, 1.4, 1.3, 1.2, 1.1, 0.85], LEVELS[:6], rel=0.01))
     assert cross["status"] == "crosses" and cross["ci95"] == [30, 70]
     rec = cmp.recommendation(cross, "eagle3", LEVELS[:6])
-    assert "between C=30 and C=70" in rec["text"] and "interpolation" in rec["text"]
-    assert "add levels in between" in rec["text"]
+    # The bracket and the interpolated point are the crossover's text; the recommendation does not repeat them.
+    assert "between C=30 (speedup 1.100, pays clearly) and C=70" in cross["text"] and "interpolated estimate" in cross["text"]
+    assert "interpolat" not in rec["text"]
+    assert "Only the levels C=30 and C=70 bracket where it stops paying: add levels in between" in rec["text"]
 
 
 def test_an_unclear_level_inside_the_bracket_is_named_not_hidden_behind_add_levels():
@@ -149,7 +151,7 @@ def test_an_unclear_level_inside_the_bracket_is_named_not_hidden_behind_add_leve
     cross = cmp.crossover(rows([(1.62, [1.42, 1.86]), (1.41, [0.98, 1.95]), (0.86, [0.83, 0.89])], [16, 32, 64]))
     assert cross["status"] == "crosses" and cross["bracket"] == [16, 64]
     rec = cmp.recommendation(cross, "eagle3", [16, 32, 64])
-    assert "Between them, at C=32, the data cannot tell" in rec["text"], rec["text"]
+    assert "Between C=16 and C=64, where it stops paying, at C=32 the data cannot tell" in rec["text"], rec["text"]
     assert "Only the levels" not in rec["text"]  # C=32 was measured: "add levels in between" would hide it
     assert rec["speculate_ranges"] == [[16, 17]]  # speculation stops just above the last clear level
 
