@@ -83,6 +83,17 @@ CSV_COLUMNS = (
     "refined",
     "launches",
     "errors",
+    "baseline_energy_j_per_token",
+    "baseline_energy_j_per_token_lo",
+    "baseline_energy_j_per_token_hi",
+    "spec_energy_j_per_token",
+    "spec_energy_j_per_token_lo",
+    "spec_energy_j_per_token_hi",
+    "energy_ratio",
+    "energy_ratio_family_lo",
+    "energy_ratio_family_hi",
+    "energy_verdict",
+    "energy_confounders",
 )
 
 
@@ -174,6 +185,17 @@ def render_csv(summary: dict) -> str:
                     bool(lv.get("refined")),
                     lv.get("launches") or 1,
                     errors,
+                    _blank(b.get("energy_j_per_output_token")),
+                    _pair(b.get("energy_j_per_output_token_ci95"), 0),
+                    _pair(b.get("energy_j_per_output_token_ci95"), 1),
+                    _blank(s.get("energy_j_per_output_token")),
+                    _pair(s.get("energy_j_per_output_token_ci95"), 0),
+                    _pair(s.get("energy_j_per_output_token_ci95"), 1),
+                    _blank(lv.get("energy_ratio")),
+                    _pair(lv.get("energy_ratio_ci_family"), 0),
+                    _pair(lv.get("energy_ratio_ci_family"), 1),
+                    _blank(lv.get("energy_verdict")),
+                    "; ".join(lv.get("energy_confounders") or []),
                 ]
             )
     return out.getvalue()
@@ -473,6 +495,32 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
                                  for conc, info in sequence["levels"].items()) + ".")
         lines.append("")
     lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
+    lines.append("")
+    lines += _energy_table(comp, base, spec_mode)
+    return lines
+
+
+def _energy_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+    """Energy per output token per mode and the ratio's family-wise verdict, where any level has telemetry."""
+    levels = comp.get("levels") or []
+    if not any((lv.get(base) or {}).get("energy_j_per_output_token") or (lv.get(spec_mode) or {}).get(
+            "energy_j_per_output_token") for lv in levels):
+        return []
+    energy = comp.get("energy") or {}
+    lines = [f"### GPU energy per output token, {spec_mode} against {base}", "",
+             f"| C | {base} J/token [95%] | {spec_mode} J/token [95%] | energy ratio [family-wise] | verdict | "
+             "confounders |", "|---:|---:|---:|---:|---|---|"]
+    for lv in levels:
+        b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+        lines.append(
+            f"| {lv['concurrency']} "
+            f"| {_with_ci(b.get('energy_j_per_output_token'), b.get('energy_j_per_output_token_ci95'), 4)} "
+            f"| {_with_ci(s.get('energy_j_per_output_token'), s.get('energy_j_per_output_token_ci95'), 4)} "
+            f"| {_with_ci(lv.get('energy_ratio'), lv.get('energy_ratio_ci_family'), 3)} "
+            f"| {lv.get('energy_verdict')} | {_md('; '.join(lv.get('energy_confounders') or []))} |")
+    lines.append("")
+    lines.append(f"Energy crossover: {_md((energy.get('crossover') or {}).get('text'))} (throughput crossover: "
+                 f"{_md(comp.get('crossover_text'))}). {_md(energy.get('method'))}")
     lines.append("")
     return lines
 

@@ -18,6 +18,7 @@ from .breakdown import (
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, gpu_facts, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
+from .energy import energy_rows, mode_fields
 from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
 from .launch_noise import LAUNCH_METHOD, estimate, floor_text, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
@@ -83,6 +84,7 @@ def _mode_level_row(level: dict) -> dict:
         "server_queued_max": _stat(level, "server_queued", "max"),
         "client_bottleneck": bool(client.get("bottleneck")),
         "error": level.get("error"),
+        **mode_fields(level),
     }
 
 
@@ -112,7 +114,12 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
     sequence = None
     if looks is not None:  # a run whose budget allows added rounds: every level says how it stopped, rounds or none
         rows, sequence = merge_looks([found[0] for found in looked] + [rows])
-    return _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
+    b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
+    energy = energy_rows(rows, {c: (b_levels.get(c), s_levels.get(c)) for c in set(b_levels) | set(s_levels)},
+                         base_mode, spec_mode, launch_floor, alpha)
+    out = _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
+    out["energy"] = energy
+    return out
 
 
 def _look_rows(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str, launch_floor: dict | None,
