@@ -48,6 +48,11 @@ share of the error rate):
   categories per-category accept length, acceptance varying by prompt: coverage at 3, 10, 30 requests
   choice     vLLM mode choice: n-gram 1.03x at 4 levels against EAGLE-3 1.6x at 3
   failed     a failed launch of two: the level and the run's completeness
+  energy     GPU energy per output token: a tie (ratio 1.00) and a true 0.80 at the 8 levels, window noise
+             +-2% (the throughput's, which the energy interval borrows) and counter bounds +-0.5%, launch sd
+             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs or
+             none: runs with any energy claim (saves /
+             costs more), the ratio's per-level 95% and family-wise coverage, 0.80 read "saves" everywhere
   windows    one window's 95% interval of a simulated closed loop's rate (tests/closed_loop.py) under a
              5% AR(1) drift with correlation times of 1-60 request durations, windows of 50-400: the
              share of windows warned (summarize's "correlation times of its rate" warning, or no
@@ -630,6 +635,52 @@ def scen_fleet(runs: int, rng: random.Random) -> None:
                   flush=True)
 
 
+def energy_sweep(rng: random.Random, mode: str, joules: dict, half: float, launch_sd: float, launches: int) -> dict:
+    """``launches`` launches of one mode: throughput on the base curve and energy per token ``joules`` (conc -> true
+    J/token), each launch's effect on its joules shared by its levels, pooled as compare_results does."""
+    sd = half / Z
+    runs = []
+    for n in range(launches):
+        effect = math.exp(rng.gauss(0.0, launch_sd)) if launch_sd else 1.0
+        levels = []
+        for conc, truth in joules.items():
+            lv = level(conc, base_curve(conc) * math.exp(rng.gauss(0.0, sd)), half)
+            value = truth * effect * math.exp(rng.gauss(0.0, sd))
+            lv.update(energy_j_per_output_token=value, energy_j_per_output_token_bounds=[value * 0.995, value * 1.005],
+                      energy_confounders=[])
+            levels.append(lv)
+        runs.append((None if n == 0 else f"launch{n + 1}", result(mode, levels)))
+    return cmp.pool_runs(runs)
+
+
+def scen_energy(runs: int, rng: random.Random) -> None:
+    print("== energy per output token: ratio speculation/baseline at C=" + ",".join(map(str, SEED_LEVELS))
+          + ", +-2% windows, counter bounds +-0.5%")
+    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.03, 0), (2, 0.03, 3)):
+        claims_n = cover = cover_f = total = 0
+        floor = node_floor(rng, earlier, launch_sd) if earlier else None
+        for _ in range(runs):
+            b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            claims_n += any(r["energy_verdict"] in ("saves", "costs more") for r in comp["levels"])
+            for r in comp["levels"]:
+                ci, fam = r.get("energy_ratio_ci95"), r.get("energy_ratio_ci_family")
+                total += 1
+                cover += bool(ci) and ci[0] <= 1.0 <= ci[1]
+                cover_f += bool(fam) and fam[0] <= 1.0 <= fam[1]
+        gain = 0
+        for _ in range(max(1, runs // 4)):
+            b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.24), 0.02, launch_sd, launches)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            gain += all(r["energy_verdict"] == "saves" for r in comp["levels"])
+        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor from {earlier} earlier runs: "
+              "tie reads saves/costs more at some level "
+              f"{rate(claims_n, runs)}; ratio's 95% interval covers {rate(cover, total)}, family-wise "
+              f"{rate(cover_f, total)}; 0.80 reads saves at every level {rate(gain, max(1, runs // 4))}")
+
+
 SCENARIOS = {
     "power": scen_power,
     "sequential": scen_sequential,
@@ -647,6 +698,7 @@ SCENARIOS = {
     "failed": scen_failed,
     "windows": scen_windows,
     "adaptive": scen_adaptive,
+    "energy": scen_energy,
 }
 
 

@@ -31,7 +31,7 @@ from ..specbench_client.stats import t975
 from .common import _interval, _num, _rnd, _rnd_pair
 from .crossover import interpolated_crossing
 from .intervals import family_ci, log_half_width, ratio_ci
-from .launch_noise import _add_launch_part
+from .launch_noise import _add_launch_part, floor_dfs
 from .verdict import FAILED, FAMILY_ALPHA, SATURATED, STOPS, Z975, family_z
 
 SAVES, COSTS, UNCLEAR_E, CONFOUNDED, NO_TELEMETRY = "saves", "costs more", "unclear", "confounded", "no telemetry"
@@ -140,6 +140,10 @@ def energy_rows(rows: list[dict], levels: dict, base_mode: str, spec_mode: str, 
         parts = None
         if ci and b["launches"] > 1 and s["launches"] > 1:
             parts = [b["parts"], s["parts"]]
+            from_floor = floor_ci(ratio, b, s, floor)
+            if from_floor:
+                row["energy_ratio_ci95_launches"] = row["energy_ratio_ci95"]
+                row["energy_ratio_ci95"], parts = _rnd_pair(from_floor[0]), from_floor[1]
         elif ci:
             scratch = {"energy_ratio": ratio, "energy_ratio_ci95": ci}
             if _add_launch_part(scratch, "energy_ratio", floor, 2.0):
@@ -161,8 +165,25 @@ def energy_rows(rows: list[dict], levels: dict, base_mode: str, spec_mode: str, 
         row["energy_ratio_ci_family"] = _rnd_pair(ci)
         row["energy_verdict"] = (UNCLEAR_E if ci is None else SAVES if ci[1] < 1.0 else COSTS if ci[0] > 1.0
                                  else UNCLEAR_E)
+    single = [r["concurrency"] for r in family if not floor and (r.get("launches") or 1) == 1]
+    notes = ([f"launch-to-launch variation is NOT in the energy intervals of C={', '.join(map(str, single))}: "
+              "measured in one launch per mode on a node without a noise floor"] if single else [])
     return {"family": {"levels": len(family), "alpha": alpha, "z": _rnd(z, 3)},
-            "crossover": energy_crossover(rows), "method": ENERGY_METHOD}
+            "crossover": energy_crossover(rows), "notes": notes, "method": ENERGY_METHOD}
+
+
+def floor_ci(ratio: float, base: dict, spec: dict, floor: dict | None) -> tuple[list[float], list] | None:
+    """Pooled launches on both sides and a node floor with more degrees of freedom than they have: the launch
+    part from the floor (t on its degrees of freedom, sd sqrt(1/k_base + 1/k_spec)), the windows' part from the
+    launches' own root-mean-square widths, as launch_noise.pooled_ci holds a pooled speedup. None otherwise."""
+    if not floor or not floor.get("launch_sd") or int(floor["df"]) <= min(base["launches"], spec["launches"]) - 1:
+        return None
+    launch = t975(int(floor["df"])) * float(floor["launch_sd"]) * math.sqrt(1.0 / base["launches"]
+                                                                             + 1.0 / spec["launches"])
+    windows = math.hypot(base["parts"][1][0], spec["parts"][1][0])
+    width = math.hypot(launch, windows)
+    return ([ratio * math.exp(-width), ratio * math.exp(width)],
+            [[[round(launch, 6), floor_dfs(floor)]], [[round(windows, 6), None]]])
 
 
 def energy_crossover(rows: list[dict]) -> dict:
