@@ -94,6 +94,18 @@ CSV_COLUMNS = (
     "energy_ratio_family_hi",
     "energy_verdict",
     "energy_confounders",
+    "baseline_tpot_p99_ms",
+    "spec_tpot_p99_ms",
+    "tpot_p99_ratio",
+    "tpot_p99_ratio_family_lo",
+    "tpot_p99_ratio_family_hi",
+    "tpot_p99_verdict",
+    "baseline_ttft_p99_ms",
+    "spec_ttft_p99_ms",
+    "ttft_p99_ratio",
+    "ttft_p99_ratio_family_lo",
+    "ttft_p99_ratio_family_hi",
+    "ttft_p99_verdict",
 )
 
 
@@ -196,6 +208,10 @@ def render_csv(summary: dict) -> str:
                     _pair(lv.get("energy_ratio_ci_family"), 1),
                     _blank(lv.get("energy_verdict")),
                     "; ".join(lv.get("energy_confounders") or []),
+                    *(cell for name in ("tpot_p99", "ttft_p99") for cell in (
+                        _blank(b.get(f"{name}_ms")), _blank(s.get(f"{name}_ms")), _blank(lv.get(f"{name}_ratio")),
+                        _pair(lv.get(f"{name}_ratio_ci_family"), 0), _pair(lv.get(f"{name}_ratio_ci_family"), 1),
+                        _blank(lv.get(f"{name}_ratio_verdict")))),
                 ]
             )
     return out.getvalue()
@@ -497,6 +513,31 @@ def _level_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
     lines.append("")
     lines += _energy_table(comp, base, spec_mode)
+    lines += _latency_table(comp, base, spec_mode)
+    return lines
+
+
+def _latency_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+    """p99 TPOT and TTFT per mode with their intervals, and each ratio's family-wise verdict."""
+    levels = comp.get("levels") or []
+    if not any(lv.get("tpot_p99_ratio") is not None or lv.get("ttft_p99_ratio") is not None for lv in levels):
+        return []
+    lines = [f"### p99 latency, {spec_mode} against {base}", "",
+             f"| C | {base} TPOT p99 ms [95%] | {spec_mode} TPOT p99 ms [95%] | TPOT p99 ratio [family-wise] | verdict "
+             f"| {base} TTFT p99 ms [95%] | {spec_mode} TTFT p99 ms [95%] | TTFT p99 ratio [family-wise] | verdict |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+    for lv in levels:
+        b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+        cells = []
+        for name in ("tpot_p99", "ttft_p99"):
+            cells += [_with_ci(b.get(f"{name}_ms"), b.get(f"{name}_ms_ci95")),
+                      _with_ci(s.get(f"{name}_ms"), s.get(f"{name}_ms_ci95")),
+                      _with_ci(lv.get(f"{name}_ratio"), lv.get(f"{name}_ratio_ci_family"), 3),
+                      str(lv.get(f"{name}_ratio_verdict"))]
+        lines.append(f"| {lv['concurrency']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Ratios below 1: speculation is faster at that percentile. {_md((comp.get('latency') or {}).get('method'))}")
+    lines.append("")
     return lines
 
 

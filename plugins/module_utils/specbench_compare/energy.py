@@ -30,9 +30,9 @@ import math
 from ..specbench_client.stats import t975
 from .common import _interval, _num, _rnd, _rnd_pair
 from .crossover import interpolated_crossing
-from .intervals import family_ci, log_half_width, ratio_ci
+from .intervals import hold_family, log_half_width, ratio_ci
 from .launch_noise import _add_launch_part, floor_dfs
-from .verdict import FAILED, FAMILY_ALPHA, SATURATED, STOPS, Z975, family_z
+from .verdict import FAILED, FAMILY_ALPHA, SATURATED, STOPS, Z975
 
 SAVES, COSTS, UNCLEAR_E, CONFOUNDED, NO_TELEMETRY = "saves", "costs more", "unclear", "confounded", "no telemetry"
 ENERGY_METHOD = (
@@ -154,17 +154,11 @@ def energy_rows(rows: list[dict], levels: dict, base_mode: str, spec_mode: str, 
         if bool(b["confounders"]) != bool(s["confounders"]):
             row["energy_verdict"] = CONFOUNDED
             continue
-        row["_energy_parts"] = parts
-        family.append(row)
-    z = family_z(len(family), alpha)
-    per = alpha / max(1, len(family))
+        family.append((row, parts))
+    z = hold_family(family, "energy_ratio", alpha, SAVES, COSTS, UNCLEAR_E)
+    family = [row for row, unused in family]
     for row in family:
-        parts = row.pop("_energy_parts")
-        ci = family_ci(row["energy_ratio"], row["energy_ratio_ci95"], z, parts=parts, alpha_family=per,
-                       alpha_total=alpha)
-        row["energy_ratio_ci_family"] = _rnd_pair(ci)
-        row["energy_verdict"] = (UNCLEAR_E if ci is None else SAVES if ci[1] < 1.0 else COSTS if ci[0] > 1.0
-                                 else UNCLEAR_E)
+        row["energy_verdict"] = row.pop("energy_ratio_verdict")
     single = [r["concurrency"] for r in family if not floor and (r.get("launches") or 1) == 1]
     notes = ([f"launch-to-launch variation is NOT in the energy intervals of C={', '.join(map(str, single))}: "
               "measured in one launch per mode on a node without a noise floor"] if single else [])

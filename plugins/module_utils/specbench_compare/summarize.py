@@ -20,6 +20,8 @@ from .confounders import _server, _server_info, capacity_settings, confounders, 
 from .crossover import CROSSOVER_METHOD, crossover
 from .energy import energy_rows, mode_fields
 from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
+from .latency import latency_rows
+from .latency import mode_fields as latency_fields
 from .launch_noise import LAUNCH_METHOD, estimate, floor_text, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
@@ -85,6 +87,7 @@ def _mode_level_row(level: dict) -> dict:
         "client_bottleneck": bool(client.get("bottleneck")),
         "error": level.get("error"),
         **mode_fields(level),
+        **latency_fields(level),
     }
 
 
@@ -115,10 +118,12 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
     if looks is not None:  # a run whose budget allows added rounds: every level says how it stopped, rounds or none
         rows, sequence = merge_looks([found[0] for found in looked] + [rows])
     b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
-    energy = energy_rows(rows, {c: (b_levels.get(c), s_levels.get(c)) for c in set(b_levels) | set(s_levels)},
-                         base_mode, spec_mode, launch_floor, alpha)
+    pairs = {c: (b_levels.get(c), s_levels.get(c)) for c in set(b_levels) | set(s_levels)}
+    energy = energy_rows(rows, pairs, base_mode, spec_mode, launch_floor, alpha)
+    latency = latency_rows(rows, pairs, launch_floor, alpha)
     out = _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
     out["energy"] = energy
+    out["latency"] = latency
     return out
 
 
