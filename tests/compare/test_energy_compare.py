@@ -1,6 +1,7 @@
 """compare.yml on one emulated H100 node (the Llama-3.1-8B profile, one GPU) reports GPU energy per
 output token per mode and level with intervals, the energy ratio's family-wise verdict and the energy
-crossover, in summary.json, summary.csv and report.md; every results level files its telemetry. One
+crossover, and each mode's capacity under latency SLOs, in summary.json, summary.csv and report.md;
+every results level files its telemetry. One
 pinned launch per mode, 2-s windows (about 60-120 s beside the suite)."""
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ def test_compare_reports_energy_per_token_with_verdicts(tmp_path):
                      bench_input_len=64, bench_output_len=64, bench_warmup_s=1, bench_window_s=2)
     try:
         run = run_playbook(tmp_path, "playbooks/compare.yml", inventory({"h100": host}),
-                           extravars={"results_dir": str(tmp_path / "results"), "run_id": "energy"}, timeout=900)
+                           extravars={"results_dir": str(tmp_path / "results"), "run_id": "energy",
+                                      "compare_slo": {"tpot_p99_ms": 60, "ttft_p99_ms": 2000}}, timeout=900)
     finally:
         kill_node_servers(node)
     assert run.rc == 0, run.stdout[-4000:]
@@ -42,6 +44,13 @@ def test_compare_reports_energy_per_token_with_verdicts(tmp_path):
     assert comp["energy"]["family"]["levels"] == len(LEVELS) and comp["energy"]["crossover"]["text"]
     rows = list(csv.DictReader((host_dir / "summary.csv").open()))
     assert all(r["energy_verdict"] for r in rows)
+    slo = summary["slo"]
+    assert set(slo["modes"]) == {"baseline", "eagle3"} and slo["text"].startswith("with TPOT P99 <= 60 ms")
+    for info in slo["modes"].values():
+        assert [r["concurrency"] for r in info["levels"]] == LEVELS
+        assert all(r["status"] in ("meets", "misses", "unclear") for r in info["levels"])
     report = (host_dir / "report.md").read_text()
+    assert "**Latency SLO**" in report
+    print(slo["text"])
     start = report.index("### GPU energy per output token")
     print(report[start:report.index("Energy crossover", start) + 200])

@@ -272,6 +272,8 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if spec:
         status = (summary.get("crossover_status") or "unknown").replace("_", " ")
         lines.append(f"- **Crossover ({spec} vs {base}, {status})**: {_md(summary.get('crossover_text'))}.")
+    if (summary.get("slo") or {}).get("text"):
+        lines.append(f"- **Latency SLO**: {_md(summary['slo']['text'])}.")
         regs = summary.get("regions") or []
         if regs:
             lines.append("- **Regions**: " + "; ".join(

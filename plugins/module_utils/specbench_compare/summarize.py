@@ -27,6 +27,7 @@ from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .sequential import merge_looks
+from .slo import slo_summary, slo_text
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -296,8 +297,11 @@ def summarize_host(
     launch_floor: dict | None = None,
     alpha: float = FAMILY_ALPHA,
     looks: list | None = None,
+    slo: dict | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
+
+    ``slo``: latency targets (slo.parse_slo); each mode's capacity under them goes in ``slo``.
 
     ``results`` maps mode -> results file dict (modes whose file is missing are absent);
     ``modes`` is the list asked for (default: the baseline, then the others found);
@@ -462,6 +466,10 @@ def summarize_host(
             gain["basis"] = "expected from the run's levels, not measured: serve.yml's proof measures it"
             gain["text"] = f"expected, not measured: {gain['text']}"
             summary["traffic"]["gains"][name] = gain
+    present = [m for m in modes if m in results]
+    summary["slo"] = slo_summary(results, present, slo or {}, alpha)
+    if summary["slo"]:
+        summary["slo"]["text"] = slo_text(summary["slo"], baseline)
     return summary
 
 
