@@ -102,9 +102,9 @@ options:
     type: raw
   slo:
     description:
-      - Latency targets, C({tpot_p99_ms: 50, ttft_p99_ms: 2000}) (C(<ttft|tpot|e2e>_<p50|p90|p99>_ms)): per mode the
+      - "Latency targets, C({tpot_p99_ms: 50, ttft_p99_ms: 2000}) (C(<ttft|tpot|e2e>_<p50|p90|p99>_ms)): per mode the
         highest measured concurrency meeting every target, held family-wise (summary C(slo), a report line).
-        Empty, none.
+        Empty, none."
     type: raw
     default: {}
   validate_only:
