@@ -53,6 +53,9 @@ share of the error rate):
              0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs or
              none: runs with any energy claim (saves /
              costs more), the ratio's per-level 95% and family-wise coverage, 0.80 read "saves" everywhere
+  latency    p99 TPOT per request (exponential, 800 requests a level), true p99 rising with C: runs with a
+             false SLO claim (a level read "meets" where the truth is over the target, or "misses" where it is
+             under), capacities claimed over the true one or equal to it, a tie's p99 ratio read faster / slower
   windows    one window's 95% interval of a simulated closed loop's rate (tests/closed_loop.py) under a
              5% AR(1) drift with correlation times of 1-60 request durations, windows of 50-400: the
              share of windows warned (summarize's "correlation times of its rate" warning, or no
@@ -681,6 +684,48 @@ def scen_energy(runs: int, rng: random.Random) -> None:
               f"{rate(cover_f, total)}; 0.80 reads saves at every level {rate(gain, max(1, runs // 4))}")
 
 
+def latency_levels(rng: random.Random, mode: str, p99: dict, requests: int) -> dict:
+    """One launch of a mode whose requests' TPOT is exponential with the true p99 ``p99[conc]`` (ms)."""
+    levels = []
+    for conc, truth in p99.items():
+        scale = truth / math.log(100.0)
+        lv = level(conc, 100.0 * conc)
+        lv["tpot_ms"] = stats.summary([rng.expovariate(1.0 / scale) for _ in range(requests)], 1.0, ci=True)
+        levels.append(lv)
+    return result(mode, levels)
+
+
+def scen_latency(runs: int, rng: random.Random) -> None:
+    target = 50.0
+    curves = {"baseline": {c: 30.0 + 0.5 * c for c in SEED_LEVELS}, "eagle3": {c: 20.0 + 0.6 * c for c in SEED_LEVELS}}
+    true_cap = {m: max((c for c, v in curve.items() if v <= target), default=None) for m, curve in curves.items()}
+    print(f"== latency: p99 TPOT per request, 800 requests a level, SLO p99 TPOT <= {target:g} ms at C="
+          + ",".join(map(str, SEED_LEVELS)) + f" (true capacity: {true_cap})")
+    false_runs = over = exact = 0
+    for _ in range(runs):
+        res = {m: latency_levels(rng, m, curve, 800) for m, curve in curves.items()}
+        slo = cmp.summarize_host(res, "sim", "sim", slo={"tpot_p99_ms": target})["slo"]
+        wrong = False
+        for mode, info in slo["modes"].items():
+            for row in info["levels"]:
+                truth = curves[mode][row["concurrency"]]
+                wrong |= (row["status"] == "meets" and truth > target) or (row["status"] == "misses" and truth <= target)
+            cap, truth_cap = info["capacity"], true_cap[mode]
+            over += cap is not None and (truth_cap is None or cap > truth_cap)
+            exact += cap == truth_cap
+        false_runs += wrong
+    print(f"  runs with any false SLO claim (meets over the target or misses under it, either mode) "
+          f"{rate(false_runs, runs)}; capacity claimed over the true one {rate(over, 2 * runs)}, equal to it "
+          f"{rate(exact, 2 * runs)} (below it: a level near the target left unclear)")
+    ties = 0
+    for _ in range(runs):
+        same = {c: 40.0 for c in SEED_LEVELS}
+        comp = cmp.compare_pair(latency_levels(rng, "baseline", same, 800), latency_levels(rng, "eagle3", same, 800),
+                                "baseline", "eagle3")
+        ties += any(r.get("tpot_p99_ratio_verdict") in ("faster", "slower") for r in comp["levels"])
+    print(f"  a tie (p99 TPOT equal in both modes): runs with any level read faster or slower {rate(ties, runs)}")
+
+
 SCENARIOS = {
     "power": scen_power,
     "sequential": scen_sequential,
@@ -699,6 +744,7 @@ SCENARIOS = {
     "windows": scen_windows,
     "adaptive": scen_adaptive,
     "energy": scen_energy,
+    "latency": scen_latency,
 }
 
 
