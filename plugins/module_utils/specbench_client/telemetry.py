@@ -265,11 +265,11 @@ def window_telemetry(samples: list[list[dict]], ws: float, we: float, interval: 
         inside = [r for r in rows if ws <= r["t"] <= we]
         counter = [(r["t"], r["energy_j"]) for r in rows if r["energy_j"] is not None]
         start, end = _at(counter, ws), _at(counter, we)
+        integrated = _integrated([(r["t"], r["power_w"]) for r in rows if r["power_w"] is not None], ws, we)
         if start is not None and end is not None:
             energy, bounds, how = end[1] - start[1], [end[0] - start[2], end[2] - start[0]], "counter"
         else:
-            energy = _integrated([(r["t"], r["power_w"]) for r in rows if r["power_w"] is not None], ws, we)
-            bounds, how = None, "integrated power"
+            energy, bounds, how = integrated, None, "integrated power"
         if energy is None:
             return {"source": source, "error": f"GPU {index}: no samples either side of the window", "gpus": []}
         sources.add(how)
@@ -291,6 +291,9 @@ def window_telemetry(samples: list[list[dict]], ws: float, we: float, interval: 
             "samples": len(inside),
             "power_w_mean": round(energy / (we - ws), 2),
             "power_w_max": round(max(powers), 2) if powers else None,
+            "power_w_min": round(min(powers), 2) if powers else None,
+            # the power samples integrated by the trapezoid rule, beside the counter (a check of one on the other)
+            "power_integrated_j": None if integrated is None else round(integrated, 4),
             "sm_clock_mhz": [min(clocks), max(clocks)] if clocks else None,
             "mem_clock_mhz": _span([r["mem_clock_mhz"] for r in inside]),
             "util_pct_mean": _mean([r["util_pct"] for r in inside]),
