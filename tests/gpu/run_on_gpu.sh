@@ -37,7 +37,7 @@ PART1_CAP_S=120
 START_S=$(date +%s)
 
 usage() {
-    sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 summary() {  # summary STATUS TEXT: the one line, then exit
