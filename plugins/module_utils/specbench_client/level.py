@@ -476,7 +476,8 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     raws = []
     accept_server = []
     flushed_all = True
-    reader, no_reader = open_reader(server) if settings["telemetry_interval_s"] > 0 else (None, None)
+    reader, no_reader = (open_reader(server, settings["base_url"]) if settings["telemetry_interval_s"] > 0
+                         else (None, None))
     try:
         calibration = calibrate_prompt_words(settings, engine, server["model"])
         if calibration:

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import mmap
 import os
+import socket
 import struct
 import threading
 import time
+import urllib.parse
 
 # NVML's clock-event reasons (nvml.h, nvmlClocksEventReason*; "throttle reasons" before 12.2).
 THROTTLE_BITS = {
@@ -177,10 +179,18 @@ class NvmlReader:
             pass
 
 
-def open_reader(server: dict):
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "[::1]")
+
+
+def open_reader(server: dict, base_url: str = ""):
     """The reader for ``server``'s GPUs: the emulator's own where it names its device folder, else
-    NVML for every GPU of the node. (None, why) when neither can be read."""
+    NVML for every GPU of the node, when the server listens on this machine. (None, why) when none
+    can be read."""
     emu = (server.get("server_info") or {}).get("emulator") if isinstance(server.get("server_info"), dict) else None
+    host = urllib.parse.urlsplit(base_url).hostname or "" if base_url else ""
+    if host and host not in LOCAL_HOSTS and host not in (socket.gethostname(), socket.getfqdn()):
+        return None, (f"the server ({host}) is not on the machine the client runs on: its GPUs cannot be read "
+                      "from here (run the client on the server's node)")
     try:
         if isinstance(emu, dict):
             if not emu.get("device_dir") or not emu.get("gpus"):

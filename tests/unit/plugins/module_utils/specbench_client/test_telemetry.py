@@ -122,3 +122,8 @@ def test_no_device_folder_says_why(tmp_path):
     assert reader is None and "--emulator-device-dir" in why
     reader, why = tl.open_reader({"server_info": {"emulator": {"device_dir": str(tmp_path), "gpus": [0]}}})
     assert reader is None and "emulated-telemetry.bin" in why
+
+
+def test_a_server_on_another_machine_is_not_read():
+    reader, why = tl.open_reader({"server_info": {}}, "http://10.1.2.3:30000")
+    assert reader is None and "not on the machine" in why
