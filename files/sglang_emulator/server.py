@@ -133,7 +133,10 @@ async def run_server(cfg: dict) -> int:
     engine_task = loop.create_task(engine.run())
     await start_workers(cfg, state)
     if args.emulator_device_dir:  # the GPUs' power follows the engine's steps (gpus.PowerModel)
-        engine.telemetry = gpus.Telemetry(args.emulator_device_dir, gpus.rank_gpus(args.tp_size))
+        try:
+            engine.telemetry = gpus.Telemetry(args.emulator_device_dir, gpus.rank_gpus(args.tp_size))
+        except OSError as exc:  # another user's folder: serve without power figures, and say so
+            LOG.warning("No emulated GPU telemetry (%s): the GPUs' power and energy cannot be read.", exc, extra=TP0)
     scale = args.emulator_time_scale
     if "fail-start" in args.emulator_fault:
         await asyncio.sleep(cfg["load_seconds"] * scale / 2)
