@@ -52,6 +52,14 @@ share of the error rate):
   categories per-category accept length, acceptance varying by prompt: coverage at 3, 10, 30 requests
   choice     vLLM mode choice: n-gram 1.03x at 4 levels against EAGLE-3 1.6x at 3
   failed     a failed launch of two: the level and the run's completeness
+  energy     GPU energy per output token: a tie (ratio 1.00) and a true 0.80 at the 8 levels, window noise
+             +-2% (the throughput's, which the energy interval borrows) and counter bounds +-0.5%, launch sd
+             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs or
+             none: runs with any energy claim (saves /
+             costs more), the ratio's per-level 95% and family-wise coverage, 0.80 read "saves" everywhere
+  latency    p99 TPOT per request (exponential, 800 requests a level), true p99 rising with C: runs with a
+             false SLO claim (a level read "meets" where the truth is over the target, or "misses" where it is
+             under), capacities claimed over the true one or equal to it, a tie's p99 ratio read faster / slower
   windows    one window's 95% interval of a simulated closed loop's rate (tests/closed_loop.py) under a
              5% AR(1) drift with correlation times of 1-60 request durations, windows of 50-400: the
              share of windows warned (summarize's "correlation times of its rate" warning, or no
@@ -701,6 +709,92 @@ def scen_serve(runs: int, rng: random.Random) -> None:
                           f"design={design.replace(' ', '_')} runs={n} equal_claims={claims / n:.3f} "
                           f"slower_caught_by_look1={caught[0] / n:.3f} look2={caught[1] / n:.3f} "
                           f"look3={caught[2] / n:.3f} look5={caught[4] / n:.3f}", flush=True)
+def energy_sweep(rng: random.Random, mode: str, joules: dict, half: float, launch_sd: float, launches: int) -> dict:
+    """``launches`` launches of one mode: throughput on the base curve and energy per token ``joules`` (conc -> true
+    J/token), each launch's effect on its joules shared by its levels, pooled as compare_results does."""
+    sd = half / Z
+    runs = []
+    for n in range(launches):
+        effect = math.exp(rng.gauss(0.0, launch_sd)) if launch_sd else 1.0
+        levels = []
+        for conc, truth in joules.items():
+            lv = level(conc, base_curve(conc) * math.exp(rng.gauss(0.0, sd)), half)
+            value = truth * effect * math.exp(rng.gauss(0.0, sd))
+            lv.update(energy_j_per_output_token=value, energy_j_per_output_token_bounds=[value * 0.995, value * 1.005],
+                      energy_confounders=[])
+            levels.append(lv)
+        runs.append((None if n == 0 else f"launch{n + 1}", result(mode, levels)))
+    return cmp.pool_runs(runs)
+
+
+def scen_energy(runs: int, rng: random.Random) -> None:
+    print("== energy per output token: ratio speculation/baseline at C=" + ",".join(map(str, SEED_LEVELS))
+          + ", +-2% windows, counter bounds +-0.5%")
+    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.03, 0), (2, 0.03, 3)):
+        claims_n = cover = cover_f = total = 0
+        floor = node_floor(rng, earlier, launch_sd) if earlier else None
+        for _ in range(runs):
+            b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            claims_n += any(r["energy_verdict"] in ("saves", "costs more") for r in comp["levels"])
+            for r in comp["levels"]:
+                ci, fam = r.get("energy_ratio_ci95"), r.get("energy_ratio_ci_family")
+                total += 1
+                cover += bool(ci) and ci[0] <= 1.0 <= ci[1]
+                cover_f += bool(fam) and fam[0] <= 1.0 <= fam[1]
+        gain = 0
+        for _ in range(max(1, runs // 4)):
+            b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
+            s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.24), 0.02, launch_sd, launches)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            gain += all(r["energy_verdict"] == "saves" for r in comp["levels"])
+        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor from {earlier} earlier runs: "
+              "tie reads saves/costs more at some level "
+              f"{rate(claims_n, runs)}; ratio's 95% interval covers {rate(cover, total)}, family-wise "
+              f"{rate(cover_f, total)}; 0.80 reads saves at every level {rate(gain, max(1, runs // 4))}")
+
+
+def latency_levels(rng: random.Random, mode: str, p99: dict, requests: int) -> dict:
+    """One launch of a mode whose requests' TPOT is exponential with the true p99 ``p99[conc]`` (ms)."""
+    levels = []
+    for conc, truth in p99.items():
+        scale = truth / math.log(100.0)
+        lv = level(conc, 100.0 * conc)
+        lv["tpot_ms"] = stats.summary([rng.expovariate(1.0 / scale) for _ in range(requests)], 1.0, ci=True)
+        levels.append(lv)
+    return result(mode, levels)
+
+
+def scen_latency(runs: int, rng: random.Random) -> None:
+    target = 50.0
+    curves = {"baseline": {c: 30.0 + 0.5 * c for c in SEED_LEVELS}, "eagle3": {c: 20.0 + 0.6 * c for c in SEED_LEVELS}}
+    true_cap = {m: max((c for c, v in curve.items() if v <= target), default=None) for m, curve in curves.items()}
+    print(f"== latency: p99 TPOT per request, 800 requests a level, SLO p99 TPOT <= {target:g} ms at C="
+          + ",".join(map(str, SEED_LEVELS)) + f" (true capacity: {true_cap})")
+    false_runs = over = exact = 0
+    for _ in range(runs):
+        res = {m: latency_levels(rng, m, curve, 800) for m, curve in curves.items()}
+        slo = cmp.summarize_host(res, "sim", "sim", slo={"tpot_p99_ms": target})["slo"]
+        wrong = False
+        for mode, info in slo["modes"].items():
+            for row in info["levels"]:
+                truth = curves[mode][row["concurrency"]]
+                wrong |= (row["status"] == "meets" and truth > target) or (row["status"] == "misses" and truth <= target)
+            cap, truth_cap = info["capacity"], true_cap[mode]
+            over += cap is not None and (truth_cap is None or cap > truth_cap)
+            exact += cap == truth_cap
+        false_runs += wrong
+    print(f"  runs with any false SLO claim (meets over the target or misses under it, either mode) "
+          f"{rate(false_runs, runs)}; capacity claimed over the true one {rate(over, 2 * runs)}, equal to it "
+          f"{rate(exact, 2 * runs)} (below it: a level near the target left unclear)")
+    ties = 0
+    for _ in range(runs):
+        same = {c: 40.0 for c in SEED_LEVELS}
+        comp = cmp.compare_pair(latency_levels(rng, "baseline", same, 800), latency_levels(rng, "eagle3", same, 800),
+                                "baseline", "eagle3")
+        ties += any(r.get("tpot_p99_ratio_verdict") in ("faster", "slower") for r in comp["levels"])
+    print(f"  a tie (p99 TPOT equal in both modes): runs with any level read faster or slower {rate(ties, runs)}")
 
 
 SCENARIOS = {
@@ -721,6 +815,8 @@ SCENARIOS = {
     "failed": scen_failed,
     "windows": scen_windows,
     "adaptive": scen_adaptive,
+    "energy": scen_energy,
+    "latency": scen_latency,
 }
 
 

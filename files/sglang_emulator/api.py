@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 
-from sglang_emulator import REPORTED_VERSION, model
+from sglang_emulator import REPORTED_VERSION, gpus, model
 from sglang_emulator.engine import VOCAB, QueueFull, Request
 from sglang_emulator.profiles import category_of
 
@@ -405,6 +405,9 @@ class Api:
                     "launch_sd": getattr(self.args, "emulator_launch_sd", 0.0),
                     "launch_factor": getattr(self.args, "emulator_launch_factor", 1.0),
                     "pid": os.getpid(),
+                    # where a client on the node reads this server's GPUs' power and energy
+                    "device_dir": self.args.emulator_device_dir,
+                    "gpus": gpus.rank_gpus(self.args.tp_size) if self.args.emulator_device_dir else [],
                 },
             }
         )

@@ -145,6 +145,7 @@ class Engine:
         self.interval_tokens = 0
         self.interval_start = time.monotonic()
         self.last_gen_throughput = 0.0
+        self.telemetry = None  # gpus.Telemetry once the server has its GPUs: each step's power
 
     # -- admission -------------------------------------------------------------------
     def new_request(self, input_len: int, max_new: int | None, ignore_eos: bool, sink, prompt=None,
@@ -255,6 +256,8 @@ class Engine:
             if batch:
                 n_tokens = sum(r.input_len for r in batch)
                 cost = self.costs.prefill(n_tokens) * self.scale
+                if self.telemetry:
+                    self.telemetry.step(next_t, next_t + cost, n_tokens)
                 next_t = await self._sleep_until(next_t + cost)
                 self.scheduled_s += cost
                 self.metrics.prompt_tokens += n_tokens
@@ -279,6 +282,8 @@ class Engine:
             else:
                 steps = model.step_choice(self.costs, self.spec, size)
             cost = model.step_cost(self.costs, self.spec, size, steps)
+            if self.telemetry:
+                self.telemetry.step(next_t, next_t + cost * self.scale, model.step_tokens(self.spec, size, steps))
             next_t = await self._sleep_until(next_t + cost * self.scale)
             self.scheduled_s += cost * self.scale
             self.decode_steps += 1

@@ -190,6 +190,14 @@ def step_cost(costs: Costs, spec: SpecConfig | None, batch: int, steps: int) -> 
     return draft + costs.forward(batch * draft_tokens)
 
 
+def step_tokens(spec: SpecConfig | None, batch: int, steps: int) -> int:
+    """Tokens the step's main forward pass computes (what its power follows, gpus.PowerModel):
+    the batch for plain decode, batch times the draft tokens for a verify pass."""
+    if spec is None or steps == 0:
+        return batch
+    return batch * draft_tokens_for(spec, steps)
+
+
 def draft_tokens_for(spec: SpecConfig, steps: int) -> int:
     """Draft tokens verified per request at ``steps`` (adaptive with top-k 1: steps + 1)."""
     if steps == spec.num_steps:

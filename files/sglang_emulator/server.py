@@ -57,14 +57,12 @@ async def start_workers(cfg: dict, state: State) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")])))
     import json
 
-    # CUDA_VISIBLE_DEVICES maps rank r to the r-th GPU listed, as CUDA does for SGLang's workers
-    # (a server for GPU 1 beside another job's server on GPU 0).
-    visible = [int(v) for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip().isdigit()]
+    ranks = gpus.rank_gpus(args.tp_size)
     for rank in range(args.tp_size):
         name = f"sglang::scheduler_TP{rank}"
         wcfg = {
             "name": name,
-            "gpu": visible[rank] if rank < len(visible) else rank,
+            "gpu": ranks[rank],
             "device_dir": device_dir,
             "faults": args.emulator_fault,
             "leave_group": "worker-leaves-group" in args.emulator_fault and rank == args.tp_size - 1,
@@ -134,6 +132,11 @@ async def run_server(cfg: dict) -> int:
     LOG.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", args.host, args.port)
     engine_task = loop.create_task(engine.run())
     await start_workers(cfg, state)
+    if args.emulator_device_dir:  # the GPUs' power follows the engine's steps (gpus.PowerModel)
+        try:
+            engine.telemetry = gpus.Telemetry(args.emulator_device_dir, gpus.rank_gpus(args.tp_size))
+        except OSError as exc:  # another user's folder: serve without power figures, and say so
+            LOG.warning("No emulated GPU telemetry (%s): the GPUs' power and energy cannot be read.", exc, extra=TP0)
     scale = args.emulator_time_scale
     if "fail-start" in args.emulator_fault:
         await asyncio.sleep(cfg["load_seconds"] * scale / 2)

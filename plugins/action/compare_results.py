@@ -46,6 +46,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare i
     runs_at_look,
     summarize_host,
 )
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.slo import parse_slo
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]*$")
 OUTCOME_STATUSES = ("ok", "failed", "skipped", "teardown_failed", "missing", "unreachable")
@@ -71,10 +72,11 @@ class ActionModule(ActionBase):
         try:
             match_min = check_minimum(args["output_match_min"])
             check_traffic_input(args["traffic"])
-        except ValueError as exc:  # TrafficError is one
+            slo = parse_slo(args["slo"])
+        except ValueError as exc:  # TrafficError and SloError are ones
             raise AnsibleActionFail(str(exc)) from exc
         if args["validate_only"]:
-            result.update(changed=False, msg="compare_output_match_min and compare_traffic are valid")
+            result.update(changed=False, msg="compare_output_match_min, compare_traffic and compare_slo are valid")
             return result
         self._check_floor_args(args)
         if args["plan_launches"] is not None:
@@ -179,7 +181,7 @@ class ActionModule(ActionBase):
             try:
                 summary = summarize_host(host_results, host, run_id, baseline, list(modes), outcomes,
                                          output_match_min=match_min, traffic=traffic, launch_floor=floor,
-                                         alpha=alphas[len(looks)], looks=looks if rounds else None)
+                                         alpha=alphas[len(looks)], looks=looks if rounds else None, slo=slo)
             except CompareError as exc:
                 raise AnsibleActionFail(f"{host}: {exc}") from exc
             # A resumed run: which levels of each results file came from which attempt (the report's "Attempts").

@@ -189,6 +189,14 @@ options:
       - Seconds between reads of C(/metrics) for running and queued requests.
     type: float
     default: 1
+  telemetry_interval_s:
+    description:
+      - Seconds between samples of the server's GPUs (power, energy counter, clocks, utilisation, memory,
+        temperature, throttle reasons) during each window, read through NVML (nvidia-ml-py) on the node or
+        from the emulator's GPUs; each level's C(gpu_telemetry) and C(energy_j_per_output_token) come from
+        them. 0 samples nothing.
+    type: float
+    default: 0.25
   probe:
     description:
       - Only read what the server says about itself (models, version, launch command, speculative
@@ -447,6 +455,7 @@ ARGUMENT_SPEC = {
     "saturated_retries": {"type": "int", "default": DEFAULTS["saturated_retries"]},
     "flush_cache": {"type": "bool", "default": DEFAULTS["flush_cache"]},
     "metrics_interval_s": {"type": "float", "default": DEFAULTS["metrics_interval_s"]},
+    "telemetry_interval_s": {"type": "float", "default": DEFAULTS["telemetry_interval_s"]},
     "probe": {"type": "bool", "default": False},
     "output_match": {"type": "int", "default": 0},
     "output_match_tokens": {"type": "int", "default": 32, "no_log": False},

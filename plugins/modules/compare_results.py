@@ -100,8 +100,15 @@ options:
         C(sum(sglang:num_running_reqs)) by the results' engine), binned by whole running requests.
       - A Prometheus that cannot be read leaves the reports written, with the reason in their traffic section.
     type: raw
+  slo:
+    description:
+      - "Latency targets, C({tpot_p99_ms: 50, ttft_p99_ms: 2000}) (C(<ttft|tpot|e2e>_<p50|p90|p99>_ms)): per mode the
+        highest measured concurrency meeting every target, held family-wise (summary C(slo), a report line).
+        Empty, none."
+    type: raw
+    default: {}
   validate_only:
-    description: Only check I(output_match_min) and I(traffic) (the compare role's preflight), read and write nothing.
+    description: Only check I(output_match_min), I(traffic) and I(slo) (the compare role's preflight), read and write nothing.
     type: bool
     default: false
   noise_floor_max_age_days:

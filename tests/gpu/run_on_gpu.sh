@@ -11,7 +11,8 @@
 #      made on the spot (tests/vllm/make_models.py, no hub), then bench.yml for each speculative
 #      mode it can run on that model (SGLang: ngram, standalone; vLLM: ngram, draft) at C = 1, 4:
 #      the post-launch check passed, accept length > 1 with its source, /flush_cache answered
-#      (SGLang), GPUs idle after. EAGLE/EAGLE-3/MTP need trained heads: always skipped, and said so.
+#      (SGLang), GPUs idle after; where the client reads NVML (nvidia-ml-py), each window's energy counter
+#      against its power samples integrated. EAGLE/EAGLE-3/MTP need trained heads: always skipped, and said so.
 #
 # Prints what it skipped and why, then one summary line (last line, starting "run_on_gpu:"); exits
 # 0 when every part that ran passed, 1 when one failed, 2 when it cannot run here (no nvidia-smi,
@@ -314,7 +315,7 @@ if not check.get("ok"):
     bad.append(f"post-launch check {check.get('mismatches') or 'missing'}")
 if doc.get("status") != "complete":
     bad.append(f"status {doc.get('status')}: {doc.get('error')}")
-accepts = []
+accepts, energies, notes = [], [], set()
 for level in doc.get("levels") or []:
     value = level.get("accept_length")
     if not value or value <= 1 or not level.get("accept_length_source"):
@@ -322,8 +323,25 @@ for level in doc.get("levels") or []:
     if engine == "sglang" and level.get("cache_flushed") is not True:
         bad.append(f"C={level.get('concurrency')} /flush_cache not answered 200")
     accepts.append(f"{value or 0:.2f}")
+    # GPU telemetry from NVML during the window: the energy counter against the power samples integrated,
+    # within NVML's stated power accuracy (+-5 W) over the window plus, at each edge, what the 1-s averaged
+    # power reading can lag by (the samples' max - min over 1 s).
+    for window in level.get("gpu_telemetry") or []:
+        for gpu in (window or {}).get("gpus") or []:
+            if gpu.get("energy_source") != "counter" or gpu.get("power_integrated_j") is None:
+                continue
+            tol = 5.0 * window["window_s"] + 2 * ((gpu["power_w_max"] or 0) - (gpu["power_w_min"] or 0)) * 1.0
+            diff = gpu["energy_j"] - gpu["power_integrated_j"]
+            energies.append(f"{gpu['energy_j']:.0f}J/{gpu['power_integrated_j']:.0f}J")
+            if abs(diff) > tol:
+                bad.append(f"C={level.get('concurrency')} GPU {gpu['index']} energy counter {gpu['energy_j']:.1f} J vs "
+                           f"integrated power {gpu['power_integrated_j']:.1f} J (tolerance {tol:.1f} J)")
+    if not level.get("gpu_telemetry"):
+        notes.add(level.get("energy_note") or "no GPU telemetry")
+energy = (f", energy counter/integrated {' '.join(energies)}" if energies
+          else f", energy not checked: {'; '.join(sorted(notes)) or 'no counter'}")
 print(("FAILED " + "; ".join(bad)) if bad else
-      f"ok (check passed, accept {'/'.join(accepts)}{', flushed' if engine == 'sglang' else ''})")
+      f"ok (check passed, accept {'/'.join(accepts)}{', flushed' if engine == 'sglang' else ''}{energy})")
 PY
 )
         if [ "$rc" -eq 0 ] && [ "${verdict#ok}" != "$verdict" ] && idle_all; then

@@ -84,6 +84,29 @@ CSV_COLUMNS = (
     "refined",
     "launches",
     "errors",
+    "baseline_energy_j_per_token",
+    "baseline_energy_j_per_token_lo",
+    "baseline_energy_j_per_token_hi",
+    "spec_energy_j_per_token",
+    "spec_energy_j_per_token_lo",
+    "spec_energy_j_per_token_hi",
+    "energy_ratio",
+    "energy_ratio_family_lo",
+    "energy_ratio_family_hi",
+    "energy_verdict",
+    "energy_confounders",
+    "baseline_tpot_p99_ms",
+    "spec_tpot_p99_ms",
+    "tpot_p99_ratio",
+    "tpot_p99_ratio_family_lo",
+    "tpot_p99_ratio_family_hi",
+    "tpot_p99_verdict",
+    "baseline_ttft_p99_ms",
+    "spec_ttft_p99_ms",
+    "ttft_p99_ratio",
+    "ttft_p99_ratio_family_lo",
+    "ttft_p99_ratio_family_hi",
+    "ttft_p99_verdict",
 )
 
 
@@ -175,6 +198,21 @@ def render_csv(summary: dict) -> str:
                     bool(lv.get("refined")),
                     lv.get("launches") or 1,
                     errors,
+                    _blank(b.get("energy_j_per_output_token")),
+                    _pair(b.get("energy_j_per_output_token_ci95"), 0),
+                    _pair(b.get("energy_j_per_output_token_ci95"), 1),
+                    _blank(s.get("energy_j_per_output_token")),
+                    _pair(s.get("energy_j_per_output_token_ci95"), 0),
+                    _pair(s.get("energy_j_per_output_token_ci95"), 1),
+                    _blank(lv.get("energy_ratio")),
+                    _pair(lv.get("energy_ratio_ci_family"), 0),
+                    _pair(lv.get("energy_ratio_ci_family"), 1),
+                    _blank(lv.get("energy_verdict")),
+                    "; ".join(lv.get("energy_confounders") or []),
+                    *(cell for name in ("tpot_p99", "ttft_p99") for cell in (
+                        _blank(b.get(f"{name}_ms")), _blank(s.get(f"{name}_ms")), _blank(lv.get(f"{name}_ratio")),
+                        _pair(lv.get(f"{name}_ratio_ci_family"), 0), _pair(lv.get(f"{name}_ratio_ci_family"), 1),
+                        _blank(lv.get(f"{name}_ratio_verdict")))),
                 ]
             )
     return out.getvalue()
@@ -235,6 +273,8 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
     if spec:
         status = (summary.get("crossover_status") or "unknown").replace("_", " ")
         lines.append(f"- **Crossover ({spec} vs {base}, {status})**: {_md(summary.get('crossover_text'))}.")
+    if (summary.get("slo") or {}).get("text"):
+        lines.append(f"- **Latency SLO**: {_md(summary['slo']['text'])}.")
         regs = summary.get("regions") or []
         if regs and "regions:" not in str(summary.get("crossover_text") or ""):  # said once: in the crossover's text
             lines.append("- **Regions**: " + "; ".join(
@@ -509,6 +549,57 @@ def _level_table(comp: dict, base: str, spec_mode: str, primary: bool = False) -
     if not primary:  # the primary comparison's crossover and recommendation are the Verdict's, said once there
         lines.append(f"Crossover: {_md(comp.get('crossover_text'))}. {_md(comp.get('recommendation'))}")
         lines.append("")
+    lines += _energy_table(comp, base, spec_mode)
+    lines += _latency_table(comp, base, spec_mode)
+    return lines
+
+
+def _latency_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+    """p99 TPOT and TTFT per mode with their intervals, and each ratio's family-wise verdict."""
+    levels = comp.get("levels") or []
+    if not any(lv.get("tpot_p99_ratio") is not None or lv.get("ttft_p99_ratio") is not None for lv in levels):
+        return []
+    lines = [f"### p99 latency, {spec_mode} against {base}", "",
+             f"| C | {base} TPOT p99 ms [95%] | {spec_mode} TPOT p99 ms [95%] | TPOT p99 ratio [family-wise] | verdict "
+             f"| {base} TTFT p99 ms [95%] | {spec_mode} TTFT p99 ms [95%] | TTFT p99 ratio [family-wise] | verdict |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|---|"]
+    for lv in levels:
+        b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+        cells = []
+        for name in ("tpot_p99", "ttft_p99"):
+            cells += [_with_ci(b.get(f"{name}_ms"), b.get(f"{name}_ms_ci95")),
+                      _with_ci(s.get(f"{name}_ms"), s.get(f"{name}_ms_ci95")),
+                      _with_ci(lv.get(f"{name}_ratio"), lv.get(f"{name}_ratio_ci_family"), 3),
+                      str(lv.get(f"{name}_ratio_verdict"))]
+        lines.append(f"| {lv['concurrency']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"Ratios below 1: speculation is faster at that percentile. {_md((comp.get('latency') or {}).get('method'))}")
+    lines.append("")
+    return lines
+
+
+def _energy_table(comp: dict, base: str, spec_mode: str) -> list[str]:
+    """Energy per output token per mode and the ratio's family-wise verdict, where any level has telemetry."""
+    levels = comp.get("levels") or []
+    if not any((lv.get(base) or {}).get("energy_j_per_output_token") or (lv.get(spec_mode) or {}).get(
+            "energy_j_per_output_token") for lv in levels):
+        return []
+    energy = comp.get("energy") or {}
+    lines = [f"### GPU energy per output token, {spec_mode} against {base}", "",
+             f"| C | {base} J/token [95%] | {spec_mode} J/token [95%] | energy ratio [family-wise] | verdict | "
+             "confounders |", "|---:|---:|---:|---:|---|---|"]
+    for lv in levels:
+        b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+        lines.append(
+            f"| {lv['concurrency']} "
+            f"| {_with_ci(b.get('energy_j_per_output_token'), b.get('energy_j_per_output_token_ci95'), 4)} "
+            f"| {_with_ci(s.get('energy_j_per_output_token'), s.get('energy_j_per_output_token_ci95'), 4)} "
+            f"| {_with_ci(lv.get('energy_ratio'), lv.get('energy_ratio_ci_family'), 3)} "
+            f"| {lv.get('energy_verdict')} | {_md('; '.join(lv.get('energy_confounders') or []))} |")
+    lines.append("")
+    lines.append(f"Energy crossover: {_md((energy.get('crossover') or {}).get('text'))} (throughput crossover: "
+                 f"{_md(comp.get('crossover_text'))}). {_md(energy.get('method'))}")
+    lines.append("")
     return lines
 
 

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not POST /flush_cache before each level")
     p.add_argument("--metrics-interval-s", type=float, default=d["metrics_interval_s"],
                    help="seconds between /metrics reads (default %(default)s)")
+    p.add_argument("--telemetry-interval-s", type=float, default=d["telemetry_interval_s"],
+                   help="seconds between GPU power/energy/clock samples during the window, 0: none "
+                        "(default %(default)s)")
     p.add_argument("--probe", action="store_true", help="only print what the server says about itself")
     p.add_argument("--output", default="", help="write the results JSON here (default: stdout)")
     return p

@@ -47,6 +47,10 @@ RATE_FIELDS = ("output_tok_per_s", "output_tok_per_s_ci95", "output_tok_per_s_wh
                "server_output_tok_per_s", "decode_tok_per_s_per_stream")
 # Its latencies in milliseconds: divided by the time scale.
 LATENCY_FIELDS = ("ttft_ms", "itl_ms", "tpot_ms", "e2e_ms")
+# Its joules per token: the emulated GPUs draw their modelled power over the wall-clock step, which
+# the node takes 1 / time_scale times as long, so divided by the time scale as a latency is (the
+# gpu_telemetry block, in watts and wall-clock joules, stays as measured).
+ENERGY_FIELDS = ("energy_j_per_output_token", "energy_j_per_output_token_bounds")
 
 
 def _convert(value, factor: float):
@@ -73,7 +77,7 @@ def level_at_node_speed(level: dict, server: dict | None) -> dict:
         level["figures"] = "wall-clock" if emu is not None else "measured"
         return level
     scale = emu["time_scale"]
-    for names, factor in ((RATE_FIELDS, scale), (LATENCY_FIELDS, 1.0 / scale)):
+    for names, factor in ((RATE_FIELDS, scale), (LATENCY_FIELDS, 1.0 / scale), (ENERGY_FIELDS, 1.0 / scale)):
         for name in names:
             if name in level:
                 level[f"wall_clock_{name}"] = level[name]

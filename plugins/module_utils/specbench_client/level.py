@@ -30,6 +30,7 @@ from .summary import (
     summarize,
     window_rates,
 )
+from .telemetry import TelemetrySampler, level_energy, open_reader
 from .worker import Worker, snap
 
 RAMP_FRACTION = 0.5  # stream starts are spread over this part of the warmup
@@ -228,8 +229,9 @@ def _coordinate(children: list, t0: float, bin_w: float) -> list[dict]:
     return out
 
 
-def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int = 0) -> dict:
-    """Run one level once; returns the workers' raw results merged."""
+def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int = 0, reader=None) -> dict:
+    """Run one level once; returns the workers' raw results merged (with the GPUs' telemetry over
+    the window when ``reader`` reads them)."""
     workers = resolve_workers(settings, concurrency)
     per_worker = math.ceil(concurrency / workers)
     ensure_fd_limit(per_worker + 64)
@@ -252,27 +254,37 @@ def run_once(settings: dict, concurrency: int, model: str, key: str, trace: int 
               "key": key, "trace": trace, "adaptive": adaptive, "widx": widx, "nworkers": workers}
              for widx, share in enumerate(shares)]
     poller = MetricsPoller(settings, t0) if settings.get("_metrics") else None
+    sampler = TelemetrySampler(reader, settings["telemetry_interval_s"], t0) if reader else None
     try:
         if workers == 1:
-            if poller:
-                poller.start()
+            for thread in (poller, sampler):
+                if thread:
+                    thread.start()
             results = [Worker(plans[0], groups[0]).run()]
         else:
             children = [_run_in_child(plan, ids) for plan, ids in zip(plans, groups)]  # noqa: B905
-            if poller:
-                poller.start()
+            for thread in (poller, sampler):
+                if thread:
+                    thread.start()
             results = _coordinate(children, t0, bin_w)
     finally:
-        if poller:
-            poller.halt.set()
+        for thread in (poller, sampler):
+            if thread:
+                thread.halt.set()
     if poller:  # its last read, sent after the halt, may take a few tries (MetricsPoller.FINAL_TRIES)
         poller.join(timeout=poller.FINAL_TRIES * (poller.FINAL_TIMEOUT_S + 1))
+    if sampler:
+        sampler.join(timeout=10.0)
     crashes = [r["crash"] for r in results if "crash" in r]
     if crashes:
         raise RuntimeError("a client worker process failed: " + "; ".join(crashes))
     merged = _merge(results)
     merged.update(t0=t0, bin_w=bin_w, workers=workers, concurrency=concurrency)
     window_rates(merged, settings)
+    merged["telemetry"] = None
+    if sampler and merged.get("window_end") is not None:
+        merged["telemetry"] = sampler.over_window(merged["ws"], merged["window_end"])
+        merged["window_tokens"] = sum(merged["window_fine"]) * bin_w
     if poller:
         merged["metrics"] = poller.result(merged["ws"], merged["window_end"])
         merged["metrics_error"] = poller.error
@@ -429,6 +441,24 @@ def token_counts_of(raws: list[dict], level: dict, settings: dict, engine, calib
     return out
 
 
+def gpu_telemetry_of(raws: list[dict], reader, no_reader: str | None, settings: dict) -> dict:
+    """The GPUs' telemetry over each repeat's window (``gpu_telemetry``, one entry a repeat) and
+    the level's energy per output token, with the throttling or clock changes seen named."""
+    if settings["telemetry_interval_s"] <= 0:
+        return {"gpu_telemetry": None, "energy_j_per_output_token": None, "energy_note": "telemetry_interval_s is 0"}
+    if reader is None:
+        return {"gpu_telemetry": None, "energy_j_per_output_token": None,
+                "energy_note": f"no GPU telemetry: {no_reader}"}
+    windows = [r.get("telemetry") for r in raws]
+    out = {"gpu_telemetry": windows}
+    out.update(level_energy(windows, [r.get("window_tokens") or 0 for r in raws]))
+    out["energy_confounders"] = sorted({c for w in windows if w for c in w.get("confounders", [])})
+    if out["energy_j_per_output_token"] is None:
+        errors = [w["error"] for w in windows if w and w.get("error")]
+        out["energy_note"] = "no window with GPU samples either side" + (f": {errors[0]}" if errors else "")
+    return out
+
+
 def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) -> dict:
     """Measure one level (all its repeats); the returned dict is the level's result."""
     started = time.time()
@@ -446,6 +476,8 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
     raws = []
     accept_server = []
     flushed_all = True
+    reader, no_reader = (open_reader(server, settings["base_url"]) if settings["telemetry_interval_s"] > 0
+                         else (None, None))
     try:
         calibration = calibrate_prompt_words(settings, engine, server["model"])
         if calibration:
@@ -455,7 +487,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         for rep in range(settings["repeats"]):
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all
-            raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace)
+            raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace, reader=reader)
             raws.append(raw)
             if spec and settings["api"] != "native":
                 value = server_accept_length(settings, engine, server.get("info_path"))
@@ -467,10 +499,14 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
         level["error"] = f"C={concurrency}: the client failed: {exc}"
         level.update(empty_level_fields())
         return level_at_node_speed(level, server)
+    finally:
+        if reader:
+            reader.close()
     level.update(summarize(raws, settings, concurrency))
     level["window"] = window_record(settings, level, *adaptive_plan(settings, raws[0]["workers"]))
     level.update(accept_length_of(raws, level, settings, engine, spec, accept_server, flushed_all))
     level.update(token_counts_of(raws, level, settings, engine, calibration))
+    level.update(gpu_telemetry_of(raws, reader, no_reader, settings))
     level["lengths"] = settings.get("lengths", "fixed")  # fixed: output_len each; data: each prompt's own, capped
     per_category = category_figures(raws, level)
     if per_category is not None:

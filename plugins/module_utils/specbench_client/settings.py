@@ -49,6 +49,7 @@ DEFAULTS = {
     "saturated_retries": 1,
     "flush_cache": True,
     "metrics_interval_s": 1.0,
+    "telemetry_interval_s": 0.25,
 }
 
 
@@ -219,6 +220,9 @@ def normalize_settings(raw: dict, label=_cli_label, check_prompts_file: bool = T
     out["flush_cache"] = _as_bool(s["flush_cache"], label("flush_cache"))
     out["metrics_interval_s"] = _as_float(s["metrics_interval_s"], label("metrics_interval_s"), 0.0, True,
                                           "seconds between /metrics reads, e.g. 1")
+    out["telemetry_interval_s"] = _as_float(s["telemetry_interval_s"], label("telemetry_interval_s"), 0.0, False,
+                                            "seconds between GPU telemetry samples during the window, e.g. 0.25 "
+                                            "(0: no telemetry)")
     path = str(s.get("prompts_file") or "")
     out["prompts_format"] = _choice(s["prompts_format"], label("prompts_format"), prompt_sets.FORMATS,
                                     "auto (told from the file), sharegpt, chat or prompt")

@@ -21,9 +21,25 @@ def percentile(sorted_values, p: float) -> float:
     return float(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo))
 
 
+def quantile_ci95(sorted_values, p: float) -> list[float] | None:
+    """The distribution-free 95 % interval of the p-th percentile from n values, one per request: the
+    order statistics x_(l) and x_(u) whose ranks bracket n p by 1.96 binomial standard deviations
+    (normal approximation, with a continuity step outward). None when those ranks fall outside the
+    sample: too few requests to bound that percentile (a p99 needs about 600)."""
+    n = len(sorted_values)
+    q = p / 100.0
+    sd = math.sqrt(n * q * (1.0 - q))
+    lo = math.floor(n * q - 1.959964 * sd) - 1
+    hi = math.ceil(n * q + 1.959964 * sd)
+    if lo < 0 or hi > n - 1 or sd == 0:
+        return None
+    return [float(sorted_values[lo]), float(sorted_values[hi])]
+
+
 def summary(values, scale: float = 1.0, digits: int = 3, ci: bool = False) -> dict | None:
     """mean, p50, p90, p99 (times ``scale``), or None without values; with ``ci`` also the
-    95 % t-interval of the mean (for one value per request)."""
+    95 % t-interval of the mean and each percentile's distribution-free 95 % interval
+    (``p50_ci95`` ...: quantile_ci95; for one value per request)."""
     if not values:
         return None
     ordered = sorted(values)
@@ -37,6 +53,9 @@ def summary(values, scale: float = 1.0, digits: int = 3, ci: bool = False) -> di
     if ci:
         interval = mean_ci95(ordered)[1]
         out["mean_ci95"] = [round(interval[0] * scale, digits), round(interval[1] * scale, digits)] if interval else None
+        for p in (50, 90, 99):
+            bounds = quantile_ci95(ordered, p)
+            out[f"p{p}_ci95"] = [round(bounds[0] * scale, digits), round(bounds[1] * scale, digits)] if bounds else None
     return out
 
 

@@ -396,10 +396,10 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     itl = array("d")
     for r in raws:
         itl.extend(r["itl"])
-    level["ttft_ms"] = summary(ttft, 1000.0)
+    level["ttft_ms"] = summary(ttft, 1000.0, ci=True)
     level["itl_ms"] = summary(itl, 1000.0)
     level["tpot_ms"] = summary([v for r in raws for v in r["tpot"]], 1000.0, ci=True)
-    level["e2e_ms"] = summary([v for r in raws for v in r["e2e"]], 1000.0)
+    level["e2e_ms"] = summary([v for r in raws for v in r["e2e"]], 1000.0, ci=True)
     level["decode_tok_per_s_per_stream"] = summary([v for r in raws for v in r["decode"]], 1.0, ci=True)
     outs = [v for r in raws for v in r["out_tokens"]]
     ins = [v for r in raws for v in r["in_tokens"]]

@@ -56,6 +56,8 @@ def format_level_line(level: dict, prefix: str = "", server: dict | None = None)
         parts.append(f"accept {accept:.2f}")
     elif level.get("accept_length_note"):
         parts.append("accept - (no speculative step counted over the window)")
+    if level.get("energy_j_per_output_token"):
+        parts.append(f"energy {level['energy_j_per_output_token']:.4g} J/token")
     parts.append(f"ok {level.get('requests_ok', 0)} failed {level.get('requests_failed', 0)}")
     window = level.get("window") or {}
     if window.get("adaptive"):

@@ -24,6 +24,7 @@ ARGUMENT_SPEC = {
     "index": {"type": "bool", "default": True},
     "output_match_min": {"type": "float", "default": 0.95},
     "traffic": {"type": "raw"},
+    "slo": {"type": "raw", "default": {}},
     "validate_only": {"type": "bool", "default": False},
     "noise_floor_max_age_days": {"type": "float", "default": 30.0},
     "plan_launches": {"type": "str"},

@@ -27,6 +27,7 @@ import math
 
 from ..specbench_client.stats import t_two_sided
 from .common import _interval, _num
+from .verdict import family_z
 
 
 def log_half_width(estimate: float, ci: tuple[float, float]) -> float:
@@ -150,3 +151,19 @@ def _family_term(w: float, df, normal_ratio: float, alpha_family: float, alpha_t
         scale = max(t_two_sided(alpha_total, common), t_two_sided(alpha_family, levels))
         return float(w) * scale / t_two_sided(0.05, common)
     return float(w) * t_two_sided(alpha_family, int(df)) / t_two_sided(0.05, int(df))
+
+
+def hold_family(family: list[tuple[dict, list | None]], prefix: str, alpha: float, below: str, above: str,
+                unclear: str = "unclear") -> float:
+    """Hold the ratios ``row[prefix]`` of ``family`` ([(row, interval parts), ...]) at ``alpha`` over all of them
+    at once (family_ci, Bonferroni over the family's size, each part scaled by its own quantile): each row gets
+    ``<prefix>_ci_family`` and ``<prefix>_verdict``, ``below`` where the interval lies under 1, ``above`` over 1,
+    else ``unclear``. Returns the family's critical value. (Energy and latency ratios; the speedup's own family
+    is summarize._family_wise, whose verdicts feed the crossover and the recommendation.)"""
+    z = family_z(len(family), alpha)
+    per = alpha / max(1, len(family))
+    for row, parts in family:
+        ci = family_ci(row[prefix], row.get(f"{prefix}_ci95"), z, parts=parts, alpha_family=per, alpha_total=alpha)
+        row[f"{prefix}_ci_family"] = [round(ci[0], 4), round(ci[1], 4)] if ci else None
+        row[f"{prefix}_verdict"] = unclear if ci is None else below if ci[1] < 1.0 else above if ci[0] > 1.0 else unclear
+    return z

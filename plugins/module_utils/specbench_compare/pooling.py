@@ -11,6 +11,7 @@ import os
 
 from ..specbench_client.stats import t975
 from .common import _interval, _num
+from .energy import pool_energy
 from .verdict import Z975, level_failure, level_saturation
 
 POOLED_METHOD = (
@@ -137,6 +138,7 @@ def pool_level(levels: list[dict]) -> dict:
             merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
                       for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
             out[key] = merged
+    pool_energy(out, [lv for lv, unused_x, unused_ci in usable])
     accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
     accepts = [a for a in accepts if a is not None]
     out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None

@@ -18,13 +18,17 @@ from .breakdown import (
 from .common import BASELINE, BORROWED_NOTE, CI_METHOD, SCHEMA, CompareError, _num, _rnd, _rnd_pair
 from .confounders import _server, _server_info, capacity_settings, confounders, gpu_facts, outcome_error, running_cap
 from .crossover import CROSSOVER_METHOD, crossover
+from .energy import energy_rows, mode_fields
 from .intervals import _stat, family_ci, level_figures, log_half_width, ratio_ci
+from .latency import latency_rows
+from .latency import mode_fields as latency_fields
 from .launch_noise import LAUNCH_METHOD, estimate, floor_text, pooled_ci, widen
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, output_match
 from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .sequential import merge_looks
 from .serve_guard import adaptive_refusal
+from .slo import slo_summary, slo_text
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -84,6 +88,8 @@ def _mode_level_row(level: dict) -> dict:
         "server_queued_max": _stat(level, "server_queued", "max"),
         "client_bottleneck": bool(client.get("bottleneck")),
         "error": level.get("error"),
+        **mode_fields(level),
+        **latency_fields(level),
     }
 
 
@@ -113,7 +119,14 @@ def compare_pair(base: dict | None, spec: dict | None, base_mode: str, spec_mode
     sequence = None
     if looks is not None:  # a run whose budget allows added rounds: every level says how it stopped, rounds or none
         rows, sequence = merge_looks([found[0] for found in looked] + [rows])
-    return _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
+    b_levels, s_levels = _levels_by_conc(base), _levels_by_conc(spec)
+    pairs = {c: (b_levels.get(c), s_levels.get(c)) for c in set(b_levels) | set(s_levels)}
+    energy = energy_rows(rows, pairs, base_mode, spec_mode, launch_floor, alpha)
+    latency = latency_rows(rows, pairs, launch_floor, alpha)
+    out = _finish(rows, widened, family_size, borrowed, spec, base_mode, spec_mode, launch_floor, alpha, sequence)
+    out["energy"] = energy
+    out["latency"] = latency
+    return out
 
 
 def _look_rows(base: dict | None, spec: dict | None, base_mode: str, spec_mode: str, launch_floor: dict | None,
@@ -286,8 +299,11 @@ def summarize_host(
     launch_floor: dict | None = None,
     alpha: float = FAMILY_ALPHA,
     looks: list | None = None,
+    slo: dict | None = None,
 ) -> dict:
     """summary.json for one host: every speculative mode against the baseline.
+
+    ``slo``: latency targets (slo.parse_slo); each mode's capacity under them goes in ``slo``.
 
     ``results`` maps mode -> results file dict (modes whose file is missing are absent);
     ``modes`` is the list asked for (default: the baseline, then the others found);
@@ -462,6 +478,10 @@ def summarize_host(
             gain["basis"] = "expected from the run's levels, not measured: serve.yml's proof measures it"
             gain["text"] = f"expected, not measured: {gain['text']}"
             summary["traffic"]["gains"][name] = gain
+    present = [m for m in modes if m in results]
+    summary["slo"] = slo_summary(results, present, slo or {}, alpha)
+    if summary["slo"]:
+        summary["slo"]["text"] = slo_text(summary["slo"], baseline)
     return summary
 
 
