@@ -19,8 +19,9 @@ from nodekit import ROOT, case_outcomes, cases_playbook, emulator_vars, free_por
 
 pytestmark = pytest.mark.slow
 
+# The phase (what the server's log says it is doing) stands between the time and the memory once known.
 PROGRESS = re.compile(r"localhost \| sglang_server mode (\S+), engine: emulator, time scale 0\.05 \| loading (\d+):(\d\d) "
-                      r"of 2:00 \| GPU memory (.+?) \| log: (.+)$", re.M)
+                      r"of 2:00 \| (?:[^|]+ \(the server's log\) \| )?GPU memory (.+?) \| log: (.+)$", re.M)
 
 
 def test_readiness_prints_progress_while_loading_and_fails_fast_when_the_server_dies(tmp_path, node_dir):

@@ -597,8 +597,8 @@ def _energy_table(comp: dict, base: str, spec_mode: str) -> list[str]:
             f"| {_with_ci(lv.get('energy_ratio'), lv.get('energy_ratio_ci_family'), 3)} "
             f"| {lv.get('energy_verdict')} | {_md('; '.join(lv.get('energy_confounders') or []))} |")
     lines.append("")
-    lines.append(f"Energy crossover: {_md((energy.get('crossover') or {}).get('text'))} (throughput crossover: "
-                 f"{_md(comp.get('crossover_text'))}). {_md(energy.get('method'))}")
+    # The throughput crossover is said once, in the Verdict; this line names only the energy one.
+    lines.append(f"Energy crossover: {_md((energy.get('crossover') or {}).get('text'))}. {_md(energy.get('method'))}")
     lines.append("")
     return lines
 
