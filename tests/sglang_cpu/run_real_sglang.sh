@@ -354,6 +354,14 @@ PY
 }
 STATUS=0
 PARTS=""
+part() {  # part NAME RC VERDICT LEFT T0 LOG [PASSED_NOTE]: one part's result into the summary line
+    if [ "$2" -eq 0 ] && [ "${3#ok}" != "$3" ] && [ -z "$4" ]; then
+        PARTS="$PARTS $1 $3${7:-}, $(( $(date +%s) - $5 )) s;"
+    else
+        PARTS="$PARTS $1 FAILED (rc $2; ${3#FAILED }; left: ${4:-nothing}) see $6;"
+        STATUS=1
+    fi
+}
 if [ "$SKIP_BENCH" -eq 0 ]; then
     for mode in $MODES; do
         T0=$(date +%s)
@@ -363,12 +371,7 @@ if [ "$SKIP_BENCH" -eq 0 ]; then
         # The teardown left nothing of the server's session, and the bystander lives.
         left=$(left_of "$(find "$WORK/results/cpu-check" -name "$mode.json" -print -quit 2>/dev/null)")
         kill -0 "$BYSTANDER" 2>/dev/null || left="$left (the bystander $BYSTANDER died)"
-        if [ "$rc" -eq 0 ] && [ "${verdict#ok}" != "$verdict" ] && [ -z "$left" ]; then
-            PARTS="$PARTS $mode $verdict, torn down clean, $(( $(date +%s) - T0 )) s;"
-        else
-            PARTS="$PARTS $mode FAILED (rc $rc; ${verdict#FAILED }; left after teardown: ${left:-nothing}) see $WORK/bench-$mode.log;"
-            STATUS=1
-        fi
+        part "$mode" "$rc" "$verdict" "$left" "$T0" "$WORK/bench-$mode.log" ", torn down clean"
     done
 fi
 
@@ -385,8 +388,8 @@ print(json.dumps(v))')
     (cd "$ROOT" && timeout 2400 "$ANSIBLE_PLAYBOOK" playbooks/compare.yml -e "$CVARS") > "$WORK/compare.log" 2>&1
     rc=$?
     cverdict=$("$VENV/bin/python" "$HERE/check_results.py" --compare "$WORK/results/cpu-compare" 2>&1)
-    if [ "$rc" -eq 0 ] && [ "${cverdict#ok}" != "$cverdict" ]; then
-        PARTS="$PARTS compare $cverdict, $(( $(date +%s) - T0 )) s;"
+    part compare "$rc" "$cverdict" "" "$T0" "$WORK/compare.log"
+    if [ "$rc" -eq 0 ] && [ "${cverdict#ok}" != "$cverdict" ]; then  # serve only what a compare recommended
         for step in serve again absent; do
             T0=$(date +%s)
             extra=()
@@ -406,16 +409,8 @@ print(os.getsid(int(doc["service"]["pid"])))' "$WORK/results/cpu-compare" 2>/dev
                 [ -n "${SERVICE_SID:-}" ] || left="the service's session was not found while it ran"
                 kill -0 "$BYSTANDER" 2>/dev/null || left="$left (the bystander $BYSTANDER died)"
             fi
-            if [ "$rc" -eq 0 ] && [ "${sverdict#ok}" != "$sverdict" ] && [ -z "$left" ]; then
-                PARTS="$PARTS serve-$step $sverdict, $(( $(date +%s) - T0 )) s;"
-            else
-                PARTS="$PARTS serve-$step FAILED (rc $rc; ${sverdict#FAILED }; left: ${left:-nothing}) see $WORK/serve-$step.log;"
-                STATUS=1
-            fi
+            part "serve-$step" "$rc" "$sverdict" "$left" "$T0" "$WORK/serve-$step.log"
         done
-    else
-        PARTS="$PARTS compare FAILED (rc $rc; ${cverdict#FAILED }) see $WORK/compare.log;"
-        STATUS=1
     fi
 fi
 summary "$STATUS" "sglang $SGLANG_VERSION on CPU ($CPU_NOTE, $(nproc) cores), kernel $HASH |${PARTS%;} | skipped: $(skipped_text) | $(date -u +%Y-%m-%d) | $(( $(date +%s) - START_S )) s"
