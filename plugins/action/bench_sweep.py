@@ -383,7 +383,7 @@ class ActionModule(ActionBase):
             remaining = live.remaining_after(args.get("plan"), launch) if launches else 0.0
             per_level = live.level_seconds(settings)
             levels_total = len(settings["concurrency"]) * len(category_settings(settings))
-            position = {"index": 0}
+            position = {"index": 0, "seen": []}
 
             def record(rec):
                 try:
@@ -392,8 +392,11 @@ class ActionModule(ActionBase):
                     self._display.warning(f"{host}: cannot append to {run_dir}/{live.PROGRESS_FILE}: {exc}")
 
             def measure(concurrency, run_settings):  # one level, measured by the module on the node
-                # (measured once there: the loop here measures a saturated level again)
-                position["index"] = min(position["index"] + 1, levels_total)
+                # (measured once there: the loop here measures a saturated level again, as the same level)
+                key = (id(run_settings), concurrency)  # one run_settings per category (sweep.category_settings)
+                if key not in position["seen"]:
+                    position["seen"].append(key)
+                position["index"] = min(len(position["seen"]), levels_total)
 
                 def tick(totals, elapsed):
                     phase = "window" if totals and totals["window"] else "warm-up"
