@@ -105,7 +105,7 @@ def init_telemetry(path: str, count: int) -> None:
         pass
     now = time.monotonic()
     data = b"".join(TELEMETRY_RECORD.pack(0, now, 0.0, PowerModel.IDLE_W, now, PowerModel.IDLE_W, 0.0,
-                                          PowerModel.SM_IDLE_MHZ) for _ in range(count))
+                                          PowerModel.SM_IDLE_MHZ) for _gpu in range(count))
     tmp = tele + f".{os.getpid()}.tmp"
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -112,7 +112,7 @@ def load_history(results_dir: str, host: str, engine: str, exclude_run: str = ""
         if isinstance(ready, (int, float)) and not isinstance(ready, bool) and ready >= 0:
             found.append((doc.get("started_at") or "", float(ready)))
     found.sort(reverse=True)
-    return [ready for _, ready in found[:LOAD_HISTORY]]
+    return [ready for _when, ready in found[:LOAD_HISTORY]]
 
 
 def load_estimate(results_dir: str, host: str, engine: str, exclude_run: str = "") -> tuple[float, str]:
@@ -201,8 +201,8 @@ def plan_lines(plan_fact: dict, header: dict) -> list[str]:
     host = plan_fact["host"]
     lines = [f"{host} | plan | {header.get('playbook')}: hosts {', '.join(header.get('hosts') or [host])}; modes "
              f"{', '.join(header.get('modes') or [])}; warm-up {float(header.get('warmup_s') or 0):g} s, window "
-             f"{float(header.get('window_s') or 0):g} s" + (f" (adaptive to {float(header['window_max_s']):g} s)"
-                                                             if header.get("window_max_s") else "")
+             f"{float(header.get('window_s') or 0):g} s"
+             + (f" (adaptive to {float(header['window_max_s']):g} s)" if header.get("window_max_s") else "")
              + f"; progress every {header.get('interval_s'):g} s"]
     if header.get("budget"):
         lines.append(f"{host} | plan | after the planned launches: {header['budget']}")

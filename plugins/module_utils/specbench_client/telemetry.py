@@ -345,11 +345,11 @@ def level_energy(windows: list[dict | None], tokens: list[float]) -> dict:
     usable = [(w, n) for w, n in zip(windows, tokens) if w and "energy_j" in w and n]  # noqa: B905
     if not usable:
         return {"energy_j_per_output_token": None}
-    joules = sum(w["energy_j"] for w, _ in usable)
-    count = sum(n for _, n in usable)
+    joules = sum(w["energy_j"] for w, _n in usable)
+    count = sum(n for _w, n in usable)
     out = {"energy_j_per_output_token": round(joules / count, 6), "energy_output_tokens": round(count, 1)}
-    if all(w.get("energy_j_bounds") for w, _ in usable):
-        lo = sum(w["energy_j_bounds"][0] for w, _ in usable)
-        hi = sum(w["energy_j_bounds"][1] for w, _ in usable)
+    if all(w.get("energy_j_bounds") for w, _n in usable):
+        lo = sum(w["energy_j_bounds"][0] for w, _n in usable)
+        hi = sum(w["energy_j_bounds"][1] for w, _n in usable)
         out["energy_j_per_output_token_bounds"] = [round(lo / count, 6), round(hi / count, 6)]
     return out

@@ -172,8 +172,8 @@ def floor_ci(ratio: float, base: dict, spec: dict, floor: dict | None) -> tuple[
     launches' own root-mean-square widths, as launch_noise.pooled_ci holds a pooled speedup. None otherwise."""
     if not floor or not floor.get("launch_sd") or int(floor["df"]) <= min(base["launches"], spec["launches"]) - 1:
         return None
-    launch = t975(int(floor["df"])) * float(floor["launch_sd"]) * math.sqrt(1.0 / base["launches"]
-                                                                             + 1.0 / spec["launches"])
+    launch = (t975(int(floor["df"])) * float(floor["launch_sd"])
+              * math.sqrt(1.0 / base["launches"] + 1.0 / spec["launches"]))
     windows = math.hypot(base["parts"][1][0], spec["parts"][1][0])
     width = math.hypot(launch, windows)
     return ([ratio * math.exp(-width), ratio * math.exp(width)],

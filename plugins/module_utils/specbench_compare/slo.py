@@ -115,8 +115,8 @@ def slo_text(slo: dict | None, baseline: str) -> str | None:
         if cap is None:
             parts.append(f"{mode} meets it at no measured level" + (f" (C={hi}: {info['next_status']})" if hi else ""))
         else:
-            parts.append(f"{mode} serves up to C={cap}" + (f" [{lo}, {hi}) ({info['next_status']} at C={hi})" if hi
-                                                          else " (every measured level)"))
+            upto = f" [{lo}, {hi}) ({info['next_status']} at C={hi})" if hi else " (every measured level)"
+            parts.append(f"{mode} serves up to C={cap}" + upto)
     best = [m for m in caps if m != baseline and caps[m] is not None
             and (caps.get(baseline) is None or caps[m] > caps[baseline])]
     worse = [m for m in caps if m != baseline and caps.get(baseline) is not None
