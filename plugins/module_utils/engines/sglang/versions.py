@@ -10,9 +10,9 @@ package; ``pip download --no-deps sglang==V`` gives them again):
   0.5.18, which ignores the field: the accept length then comes from ``/metrics`` or ``/server_info``.
 * ``server_info``: ``GET /server_info`` (srt/entrypoints/http_server.py); every supported release
   also answers the deprecated ``/get_server_info``.
-* ``cuda_graph_max_bs``: the single ``--cuda-graph-max-bs`` flag (srt/arg_groups/fields/); 0.5.20
-  split it into ``--cuda-graph-max-bs-decode`` and ``-prefill``, and argparse then finds the old
-  spelling ambiguous.
+* ``cuda_graph_max_bs``: the single ``--cuda-graph-max-bs`` flag still declared (srt/server_args.py,
+  beside ``--cuda-graph-max-bs-decode`` and ``-prefill``, which every supported release has); 0.5.20
+  removed it, and argparse then finds the old spelling ambiguous.
 * ``torch``: the torch the release pins (its METADATA ``Requires-Dist: torch==``).
 * ``cpu_kernel_attention_args``: how many arguments the release passes to its CPU kernel's
   ``extend_attention_cpu`` (srt/layers/attention/intel_amx_backend.py); the opt-in real-SGLang
