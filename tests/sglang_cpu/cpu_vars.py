@@ -5,7 +5,8 @@ KV cache; no GPU: the sglang_server preflight reads none and the teardown an emp
 folder (it still kills the recorded server tree). SGLang's caches stay out of ~/.cache/sglang:
 its JIT builds in JIT (kept across runs by run_real_sglang.sh: NGRAM's corpus compiles in ~66 s),
 the rest in WORK. run_real_sglang.sh runs with these; the test holds them against SGLang's own
-parser in check mode.
+parser in check mode. Models (MODELS): tiny (the target), tiny-draft (standalone's draft), tiny-eagle3
+(the EAGLE-3 head make_eagle3_head.py trains on the target).
 
     python3 cpu_vars.py MODE WORK MODELS PORT PYTHON [JIT]
 """
@@ -29,7 +30,15 @@ def cpu_vars(mode: str, work: str, models: str, port: int, python: str, jit: str
         "bench_api": "chat", "bench_concurrency": [1, 4], "bench_warmup_s": 3, "bench_window_s": 10,
         "bench_input_len": 64, "bench_output_len": 64, "bench_request_timeout_s": 300,
         "sglang_python": python, "sglang_model_path": f"{models}/tiny",
-        "sglang_server_standalone_draft_model_path": f"{models}/tiny-draft", "sglang_server_port": port,
+        "sglang_server_standalone_draft_model_path": f"{models}/tiny-draft",
+        "sglang_draft_model_path": f"{models}/tiny-eagle3", "sglang_server_port": port,
+        # EAGLE-3 drafts a chain (top-k 1), as STANDALONE's automatic settings (3, 1, 4) do: SGLang's
+        # automatic choice for a Llama target is a tree (5, 4, 8; arg_groups/speculative_hook.py,
+        # _auto_choose_speculative_params), and 0.5.18's CPU attention sizes its decode buffer by
+        # the batch, not the tree (intel_amx_backend.py forward_decode: "CHECK_EQ(attn_logits.size(0),
+        # num_seqs) failed. 4 vs 1" in the first draft step). Top-k 1 also lets eagle3-adaptive run.
+        "sglang_server_speculative_num_steps": 3, "sglang_server_speculative_eagle_topk": 1,
+        "sglang_server_speculative_num_draft_tokens": 4,
         "sglang_server_tp_size": 1, "sglang_server_context_length": 1024, "sglang_server_mem_fraction_static": 0.3,
         "sglang_server_max_running_requests": 16, "sglang_server_cuda_graph_max_bs": 16,
         "sglang_server_chunked_prefill_size": 1024, "sglang_server_ready_timeout": 600,

@@ -26,9 +26,13 @@
 #      wrappers sglang imports from it, e.g. copy_all_layer_kv_cache_cpu, and its loader).
 #      SGLang's JIT builds (NGRAM's corpus: ~66 s) are cached in CACHE/jit-VERSION across runs;
 #      its other caches stay in the run's work folder, never in ~/.cache/sglang.
-#   4. the tiny models of tests/vllm/make_models.py (a 4-layer Llama and a noisy copy as draft).
+#   4. the tiny models of tests/vllm/make_models.py (a 4-layer Llama and a noisy copy as draft), and
+#      an EAGLE-3 head for the target trained here by make_eagle3_head.py (a few minutes the first
+#      time, cached in CACHE/eagle3-HASH by the script's and the target's sha256, none after;
+#      --eagle3-head DIR serves a head you have instead).
 #   5. bench.yml through the real playbooks (engine=sglang, SGLANG_USE_CPU_ENGINE=1, bf16) for each
-#      mode a tiny model can serve on CPU: baseline, ngram, standalone (the noisy copy as draft);
+#      mode a tiny model can serve on CPU: baseline, ngram, standalone (the noisy copy as draft),
+#      eagle3 (the trained head; SGLang's automatic draft settings);
 #      each must pass the post-launch check and finish complete, a speculative mode with an accept
 #      length above 1 (from the chat API's sglext.spec_tokens_details where the release has them,
 #      from /metrics on 0.5.18), and the teardown must leave none of the server's session (zombies
@@ -36,7 +40,7 @@
 #      launcher runs through launch_cpu.py beside this script, which keeps --attention-backend
 #      intel_amx on a CPU without AMX (SGLang otherwise swaps in torch_native, which crashes on
 #      every speculative verify).
-#   6. compare.yml: baseline against ngram and standalone at C = 1, 4, 16, one launch per mode (the
+#   6. compare.yml: baseline against ngram, standalone and eagle3 at C = 1, 4, 16, one launch per mode (the
 #      node's floor from the prior for a CPU-served engine), its report and verdicts;
 #   7. serve.yml of the recommendation with its proof, serve.yml again (proved in place), and
 #      serve.yml -e serve_state=absent, which must leave nothing of the service.
@@ -47,7 +51,7 @@
 #
 #   tests/sglang_cpu/run_real_sglang.sh SRC [--plan] [--sglang-version V] [--venv PATH] [--cache DIR]
 #                                           [--modes "baseline ngram"] [--skip-bench] [--skip-serve]
-#                                           [--ansible-playbook PATH]
+#                                           [--ansible-playbook PATH] [--eagle3-head DIR]
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -60,14 +64,15 @@ SKIP_BENCH=0
 SKIP_SERVE=0
 VENV=""
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/specbench/sglang-cpu-kernel"
-MODES="baseline ngram standalone"
+MODES="baseline ngram standalone eagle3"
 ANSIBLE_PLAYBOOK=""
+EAGLE3_HEAD=""
 START_S=$(date +%s)
 # Requirements of sglang that need CUDA (or pull a CUDA torch): left out of the CPU venv.
 CUDA_ONLY='^(nvidia-|cuda-|flashinfer|sgl-kernel|sglang-kernel|torch$|torchvision|torchaudio|torchao|torchcodec|triton|flash-attn|flash_attn|deep-gemm|deep_gemm|nixl|mooncake|cutlass|quack|apache-tvm-ffi|xformers|decord|cupy)'
 
 usage() {
-    sed -n '2,46p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,53p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 summary() {  # summary STATUS TEXT: the one line, then exit
@@ -81,13 +86,14 @@ need_value() {  # need_value FLAG COUNT: a flag given without its value
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        --venv|--cache|--modes|--ansible-playbook|--sglang-version) need_value "$1" $# ;;
+        --venv|--cache|--modes|--ansible-playbook|--sglang-version|--eagle3-head) need_value "$1" $# ;;
     esac
     case "$1" in
         --venv) VENV=${2:-}; shift 2 ;;
         --cache) CACHE=${2:-}; shift 2 ;;
         --modes) MODES=${2:-}; shift 2 ;;
         --sglang-version) SGLANG_VERSION=${2:-}; shift 2 ;;
+        --eagle3-head) EAGLE3_HEAD=${2:-}; shift 2 ;;
         --ansible-playbook) ANSIBLE_PLAYBOOK=${2:-}; shift 2 ;;
         --skip-bench) SKIP_BENCH=1; shift ;;
         --skip-serve) SKIP_SERVE=1; shift ;;
@@ -189,11 +195,11 @@ JIT_CACHE="$CACHE/jit-$SGLANG_VERSION"
 
 for mode in $MODES; do
     case "$mode" in
-        baseline|ngram|standalone) ;;
-        *) summary 2 "NOT RUN: mode $mode cannot run on a tiny model here: use baseline, ngram, standalone" ;;
+        baseline|ngram|standalone|eagle3) ;;
+        *) summary 2 "NOT RUN: mode $mode cannot run on a tiny model here: use baseline, ngram, standalone, eagle3" ;;
     esac
 done
-skip "eagle, eagle3, nextn, eagle3-adaptive: they need an EAGLE/EAGLE-3/MTP head trained on the target; none is trained here (a random head only shows the server starts, at acceptance 1.0)"
+skip "eagle (EAGLE-1/2 heads are another architecture, LlamaForCausalLMEagle, none trained here), nextn (needs the target's own MTP layers: a Llama has none), eagle3-adaptive (SGLang's adaptive steps need top-k 1; the automatic settings draft a tree)"
 [ "$SKIP_BENCH" -eq 0 ] || skip "part 5, every mode (--skip-bench)"
 [ "$SKIP_SERVE" -eq 0 ] || skip "parts 6 and 7, compare and serve (--skip-serve)"
 
@@ -210,8 +216,10 @@ if [ "$PLAN" -eq 1 ]; then
     echo "plan: CPU $CPU_NOTE, $(nproc) cores"
     echo "plan: venv $VENV: $VENV_STATE (torch $TORCH_VERSION CPU wheel, sglang $SGLANG_VERSION --no-deps, its dependencies less CUDA-only ones)"
     echo "plan: kernel $KCACHE: $KERNEL_STATE"
+    HEADS=$(find "$CACHE" -maxdepth 1 -name 'eagle3-*' -type d 2>/dev/null | wc -l)
+    echo "plan: EAGLE-3 head: make_eagle3_head.py trains one on the target (minutes), cached in $CACHE/eagle3-KEY ($HEADS cached now)"
     [ "$SKIP_BENCH" -eq 1 ] || echo "plan: bench.yml engine=sglang on the tiny models, modes: $MODES (chat API, C=1,4)"
-    [ "$SKIP_SERVE" -eq 1 ] || echo "plan: compare.yml baseline against ngram and standalone at C=1,4,16; serve.yml, serve.yml again, serve_state=absent"
+    [ "$SKIP_SERVE" -eq 1 ] || echo "plan: compare.yml baseline against ngram, standalone and eagle3 at C=1,4,16; serve.yml, serve.yml again, serve_state=absent"
     summary 0 "PLAN ONLY (nothing started)${MISSING:+, CANNOT RUN HERE: ${MISSING#; }}: sglang $SGLANG_VERSION, venv $VENV_STATE, kernel $KERNEL_STATE, modes: $([ "$SKIP_BENCH" -eq 1 ] && echo none || echo "$MODES") | skipped: $(skipped_text)"
 fi
 
@@ -303,6 +311,20 @@ MODELS="$WORK/models"
 if ! HF_HUB_OFFLINE=1 timeout 600 "$VENV/bin/python" "$ROOT/tests/vllm/make_models.py" "$MODELS" > "$WORK/models.log" 2>&1; then
     summary 1 "FAILED: the tiny models could not be made ($(tail -n 2 "$WORK/models.log" | tr '\n' ' ')) see $WORK/models.log"
 fi
+# The EAGLE-3 head, trained on the target once (cached by the training script's and the target's
+# weights' sha256) and linked beside the models, where cpu_vars.py points mode eagle3.
+if [ "${MODES#*eagle3}" != "$MODES" ] || [ "$SKIP_SERVE" -eq 0 ]; then
+    HEAD_KEY=$(cat "$HERE/make_eagle3_head.py" "$MODELS/tiny/config.json" "$MODELS"/tiny/*.safetensors | sha256sum | cut -c1-16)
+    HEAD=${EAGLE3_HEAD:-$CACHE/eagle3-$HEAD_KEY}
+    T0=$(date +%s)
+    if [ -n "$EAGLE3_HEAD" ] && [ ! -f "$EAGLE3_HEAD/config.json" ]; then
+        summary 2 "NOT RUN: --eagle3-head $EAGLE3_HEAD holds no config.json: give a head folder (make_eagle3_head.py writes one)"
+    elif [ -z "$EAGLE3_HEAD" ] && ! HF_HUB_OFFLINE=1 timeout 3600 nice -n 5 "$VENV/bin/python" "$HERE/make_eagle3_head.py" "$MODELS" --out "$HEAD" > "$WORK/eagle3-head.log" 2>&1; then
+        summary 1 "FAILED: the EAGLE-3 head could not be trained ($(tail -n 2 "$WORK/eagle3-head.log" | tr '\n' ' ')) see $WORK/eagle3-head.log"
+    fi
+    ln -sfn "$HEAD" "$MODELS/tiny-eagle3"
+    echo "run_real_sglang: EAGLE-3 head $HEAD ($(( $(date +%s) - T0 )) s): $(grep -o 'held out.*' "$WORK/eagle3-head.log" | tail -n 1 || echo kept)"
+fi
 
 # ------------------------------------------------------------------ 5. the modes, through the playbooks
 [ "$SKIP_BENCH" -eq 0 ] || [ "$SKIP_SERVE" -eq 0 ] || summary 0 "sglang $SGLANG_VERSION: venv and kernel ready (key $HASH), models made; bench and serve skipped | skipped: $(skipped_text)"
@@ -381,7 +403,7 @@ if [ "$SKIP_SERVE" -eq 0 ]; then
 import json, sys
 v = json.load(sys.stdin)
 v.pop("mode")
-v.update(run_id="cpu-compare", compare_modes=["baseline", "ngram", "standalone"], bench_concurrency=[1, 4, 16],
+v.update(run_id="cpu-compare", compare_modes=["baseline", "ngram", "standalone", "eagle3"], bench_concurrency=[1, 4, 16],
          compare_launches=1, compare_max_launches=0, compare_noise_floor_prior_sd=0.08, serve_on_regression="keep")
 print(json.dumps(v))')
     T0=$(date +%s)

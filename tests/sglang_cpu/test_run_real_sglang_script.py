@@ -115,9 +115,10 @@ def test_the_plan_names_what_runs_what_is_skipped_and_the_kernel_cache_key(tmp_p
     key = next(line for line in out.splitlines() if "sha256 key" in line).split("sha256 key ")[1].rstrip(")")
     assert f"plan: kernel {cache}/{key}: to build" in out
     assert f"plan: venv {tmp_path / 'venv'}: to build (torch 2.14.1 CPU wheel, sglang 0.5.23 --no-deps" in out
-    assert "plan: compare.yml baseline against ngram and standalone at C=1,4,16; serve.yml, serve.yml again" in out
-    assert "plan: bench.yml engine=sglang on the tiny models, modes: baseline ngram standalone" in out
-    assert "skipped: eagle, eagle3, nextn, eagle3-adaptive: they need an EAGLE/EAGLE-3/MTP head" in out
+    assert "plan: compare.yml baseline against ngram, standalone and eagle3 at C=1,4,16; serve.yml, serve.yml again" in out
+    assert "plan: bench.yml engine=sglang on the tiny models, modes: baseline ngram standalone eagle3" in out
+    assert f"plan: EAGLE-3 head: make_eagle3_head.py trains one on the target (minutes), cached in {cache}/eagle3-KEY" in out
+    assert "skipped: eagle (EAGLE-1/2 heads are another architecture" in out and "nextn (needs the target's own MTP" in out
     assert _last(done).startswith("run_real_sglang: PLAN ONLY (nothing started)")
     assert not cache.exists() and not (tmp_path / "venv").exists()
     # What the machine lacks is listed, not hidden: here, no libnuma header.
@@ -135,8 +136,8 @@ def test_the_plan_names_what_runs_what_is_skipped_and_the_kernel_cache_key(tmp_p
     done = _run(str(src), "--plan", "--skip-bench", "--skip-serve", "--modes", "baseline")
     assert "modes: none" in _last(done) and "part 5, every mode (--skip-bench)" in _last(done)
     assert "parts 6 and 7, compare and serve (--skip-serve)" in _last(done)
-    done = _run(str(src), "--plan", "--modes", "eagle3")
-    assert done.returncode == 2 and "mode eagle3 cannot run on a tiny model here" in _last(done)
+    done = _run(str(src), "--plan", "--modes", "nextn")
+    assert done.returncode == 2 and "mode nextn cannot run on a tiny model here" in _last(done)
 
 
 def test_the_launcher_keeps_intel_amx_on_the_cpu_and_nothing_else():
@@ -245,12 +246,14 @@ def test_the_fidelity_diff_holds_the_emulator_to_sglangs_source(emulator, capsys
     assert "5 items, 4 same, 1 differ, 0 on one side only" in capsys.readouterr().out
 
 
-def test_the_scripts_launch_settings_pass_sglangs_own_parser_in_check_mode(tmp_path):
+@pytest.mark.parametrize("mode", ["standalone", "eagle3"])
+def test_the_scripts_launch_settings_pass_sglangs_own_parser_in_check_mode(tmp_path, mode):
     """The settings run_real_sglang.sh launches with (cpu_vars.py: the flags of issue 40, no GPU),
     through bench.yml --check with engine=sglang and SGLang 0.5.23's interpreter (.venv-sglang): the
-    role renders the standalone mode's command and checks every flag against SGLang's real parser.
-    Nothing is launched; the model folders are stand-ins (only their files are checked). A bad flag
-    fails this same check (tests/sglang_parser). About 20 s."""
+    role renders the mode's command (standalone with the noisy copy as draft, eagle3 with the head
+    make_eagle3_head.py trains) and checks every flag against SGLang's real parser. Nothing is
+    launched; the model folders are stand-ins (only their files are checked). A bad flag fails this
+    same check (tests/sglang_parser). About 20 s each."""
     why = kit.wait_for_venv("sglang", SGLANG_PYTHON)
     if why:
         if os.environ.get("CI"):
@@ -258,15 +261,18 @@ def test_the_scripts_launch_settings_pass_sglangs_own_parser_in_check_mode(tmp_p
         pytest.skip(why)
     import cpu_vars
 
-    for name in ("tiny", "tiny-draft"):
+    for name, arch in (("tiny", "LlamaForCausalLM"), ("tiny-draft", "LlamaForCausalLM"),
+                       ("tiny-eagle3", "LlamaForCausalLMEagle3")):
         folder = tmp_path / "models" / name
         folder.mkdir(parents=True)
-        (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+        (folder / "config.json").write_text(json.dumps({"architectures": [arch]}))
         (folder / "model.safetensors").write_text("")
-    extra = cpu_vars.cpu_vars("standalone", str(tmp_path), str(tmp_path / "models"), kit.free_port(),
-                              str(SGLANG_PYTHON))
+    extra = cpu_vars.cpu_vars(mode, str(tmp_path), str(tmp_path / "models"), kit.free_port(), str(SGLANG_PYTHON))
     playbook = shutil.which("ansible-playbook", path=str(Path(sys.executable).parent)) or "ansible-playbook"
     done = subprocess.run([playbook, "bench.yml", "--check", "-e", json.dumps(extra)], cwd=ROOT, capture_output=True,
                           text=True, timeout=600, check=False, env={**os.environ, "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stdout[-3000:]
     assert "Check every flag against the node's SGLang" in done.stdout
+    draft = {"standalone": "tiny-draft", "eagle3": "tiny-eagle3"}[mode]
+    assert f"--speculative-draft-model-path {tmp_path}/models/{draft}" in done.stdout or \
+        f"{tmp_path}/models/{draft}" in done.stdout, done.stdout[-3000:]
