@@ -1,6 +1,6 @@
 """compare.yml on one emulated H100 node (the Llama-3.1-8B profile, one GPU) reports GPU energy per
 output token per mode and level with intervals, the energy ratio's family-wise verdict and the energy
-crossover, and each mode's capacity under latency SLOs, in summary.json, summary.csv and report.md;
+crossover, each mode's capacity under latency SLOs and its goodput per level, in summary.json, summary.csv and report.md;
 every results level files its telemetry. One
 pinned launch per mode, 2-s windows (about 60-120 s beside the suite)."""
 from __future__ import annotations
@@ -44,13 +44,18 @@ def test_compare_reports_energy_per_token_with_verdicts(tmp_path):
     assert comp["energy"]["family"]["levels"] == len(LEVELS) and comp["energy"]["crossover"]["text"]
     rows = list(csv.DictReader((host_dir / "summary.csv").open()))
     assert all(r["energy_verdict"] for r in rows)
+    assert all(r["baseline_slo_status"] and r["spec_goodput_tok_per_s"] for r in rows)
     slo = summary["slo"]
-    assert set(slo["modes"]) == {"baseline", "eagle3"} and slo["text"].startswith("with TPOT P99 <= 60 ms")
+    assert set(slo["modes"]) == {"baseline", "eagle3"} and slo["text"].startswith("with p99 TPOT <= 60 ms")
     for info in slo["modes"].values():
         assert [r["concurrency"] for r in info["levels"]] == LEVELS
         assert all(r["status"] in ("meets", "misses", "unclear") for r in info["levels"])
+        for row in info["levels"]:  # goodput: the tokens/s of the requests meeting both targets, with its interval
+            lo, hi = row["goodput_tok_per_s_ci95"]
+            assert lo <= row["goodput_tok_per_s"] <= hi and 0 <= row["goodput_share"] <= 1
+            assert row["goodput_requests"][0] <= row["goodput_requests"][1]
     report = (host_dir / "report.md").read_text()
-    assert "**Latency SLO**" in report
+    assert "**Latency SLO**" in report and "## Latency SLO and goodput, per level" in report
     print(slo["text"])
     start = report.index("### GPU energy per output token")
     print(report[start:report.index("Energy crossover", start) + 200])

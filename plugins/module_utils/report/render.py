@@ -107,6 +107,14 @@ CSV_COLUMNS = (
     "ttft_p99_ratio_family_lo",
     "ttft_p99_ratio_family_hi",
     "ttft_p99_verdict",
+    "baseline_slo_status",
+    "baseline_goodput_tok_per_s",
+    "baseline_goodput_tok_per_s_lo",
+    "baseline_goodput_tok_per_s_hi",
+    "spec_slo_status",
+    "spec_goodput_tok_per_s",
+    "spec_goodput_tok_per_s_lo",
+    "spec_goodput_tok_per_s_hi",
 )
 
 
@@ -165,9 +173,16 @@ def render_csv(summary: dict) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     base = summary.get("baseline_mode")
+    slo_rows = {m: {r["concurrency"]: r for r in info["levels"]}
+                for m, info in ((summary.get("slo") or {}).get("modes") or {}).items()}
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
         for lv in comp.get("levels") or []:
             b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+            goodput = [cell for mode in (base, spec_mode)
+                       for row in [(slo_rows.get(mode) or {}).get(lv["concurrency"]) or {}]
+                       for cell in (_blank(row.get("status")), _blank(row.get("goodput_tok_per_s")),
+                                    _pair(row.get("goodput_tok_per_s_ci95"), 0),
+                                    _pair(row.get("goodput_tok_per_s_ci95"), 1))]
             errors = "; ".join(e for e in (b.get("error"), s.get("error")) if e)
             writer.writerow(
                 [
@@ -213,6 +228,7 @@ def render_csv(summary: dict) -> str:
                         _blank(b.get(f"{name}_ms")), _blank(s.get(f"{name}_ms")), _blank(lv.get(f"{name}_ratio")),
                         _pair(lv.get(f"{name}_ratio_ci_family"), 0), _pair(lv.get(f"{name}_ratio_ci_family"), 1),
                         _blank(lv.get(f"{name}_ratio_verdict")))),
+                    *goodput,
                 ]
             )
     return out.getvalue()
@@ -307,6 +323,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.extend(_level_table(comp, base, spec_mode, spec_mode == spec))
         lines.extend(terms_table(comp, spec_mode))
         lines.extend(category_table(comp, spec_mode, summary.get("servers") or {}))
+    lines.extend(slo_table(summary.get("slo")))
     lines.extend(separate_lines(summary))
     table = summary.get("adaptive_table")
     engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
@@ -551,6 +568,32 @@ def _level_table(comp: dict, base: str, spec_mode: str, primary: bool = False) -
         lines.append("")
     lines += _energy_table(comp, base, spec_mode)
     lines += _latency_table(comp, base, spec_mode)
+    return lines
+
+
+def slo_table(slo: dict | None) -> list[str]:
+    """Per level and mode: the SLO status (family-wise) and the goodput under it with its interval."""
+    if not slo or not slo.get("modes"):
+        return []
+    modes = list(slo["modes"])
+    by_mode = {m: {r["concurrency"]: r for r in info["levels"]} for m, info in slo["modes"].items()}
+    concs = sorted({c for rows in by_mode.values() for c in rows})
+    lines = ["## Latency SLO and goodput, per level", "",
+             "| C | " + " | ".join(f"{m} SLO | {m} goodput tok/s [95%]" for m in modes) + " |",
+             "|---:|" + "---|---:|" * len(modes)]
+    for conc in concs:
+        cells = []
+        for mode in modes:
+            row = by_mode[mode].get(conc) or {}
+            cells += [str(row.get("status") or "-"),
+                      _with_ci(row.get("goodput_tok_per_s"), row.get("goodput_tok_per_s_ci95"))]
+        lines.append(f"| {conc} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if slo.get("text"):
+        lines.append(f"{_md(slo['text'])}.")
+        lines.append("")
+    lines.append(f"SLO: {_md(slo.get('method'))}. Goodput: {_md(slo.get('goodput_method'))}.")
+    lines.append("")
     return lines
 
 

@@ -28,7 +28,7 @@ from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .sequential import merge_looks
 from .serve_guard import adaptive_refusal
-from .slo import slo_summary, slo_text
+from .slo import slo_summary, slo_text, slo_verdict
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -481,6 +481,7 @@ def summarize_host(
     present = [m for m in modes if m in results]
     summary["slo"] = slo_summary(results, present, slo or {}, alpha)
     if summary["slo"]:
+        summary["slo"]["verdict"] = slo_verdict(summary["slo"], baseline)
         summary["slo"]["text"] = slo_text(summary["slo"], baseline)
     return summary
 
