@@ -54,8 +54,9 @@ share of the error rate):
   failed     a failed launch of two: the level and the run's completeness
   energy     GPU energy per output token: a tie (ratio 1.00) and a true 0.80 at the 8 levels, window noise
              +-2% (the throughput's, which the energy interval borrows) and counter bounds +-0.5%, launch sd
-             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs or
-             none: runs with any energy claim (saves /
+             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs,
+             from the run's own two launches with the prior (compare_results' default on a new node) or none
+             (floors off): runs with any energy claim (saves /
              costs more), the ratio's per-level 95% and family-wise coverage, 0.80 read "saves" everywhere
   latency    p99 TPOT per request (exponential, 800 requests a level), true p99 rising with C: runs with a
              false SLO claim (a level read "meets" where the truth is over the target, or "misses" where it is
@@ -727,16 +728,34 @@ def energy_sweep(rng: random.Random, mode: str, joules: dict, half: float, launc
     return cmp.pool_runs(runs)
 
 
+def own_floor(results: dict) -> dict | None:
+    """The floor compare_results holds a run of two launches in on a node without earlier runs (its default,
+    compare_noise_floor_max_age_days > 0): this run's own launch estimate with the stated prior."""
+    import datetime  # noqa: PLC0415 - only this scenario needs a clock
+    part = cmp.launch_estimate(results)
+    if not part:
+        return None
+    part["measured_at"] = "2026-01-01T00:00:00+00:00"
+    return cmp.launch_floor_from({"this": part}, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+
+
 def scen_energy(runs: int, rng: random.Random) -> None:
     print("== energy per output token: ratio speculation/baseline at C=" + ",".join(map(str, SEED_LEVELS))
           + ", +-2% windows, counter bounds +-0.5%")
-    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.03, 0), (2, 0.03, 3)):
+    # earlier: the node's floor from that many earlier runs; "own": none earlier, this run's own launches with the
+    # prior (compare_results' default); 0: floors off (compare_noise_floor_max_age_days: 0), no floor at all
+    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.0, "own"), (2, 0.03, 0),
+                                         (2, 0.03, "own"), (2, 0.03, 3)):
         claims_n = cover = cover_f = total = 0
-        floor = node_floor(rng, earlier, launch_sd) if earlier else None
+        floor = node_floor(rng, earlier, launch_sd) if isinstance(earlier, int) and earlier else None
+
+        def run_floor(b, s, floor=floor, earlier=earlier):
+            return own_floor({"baseline": b, "eagle3": s}) if earlier == "own" else floor
+
         for _ in range(runs):
             b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
             s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
-            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", run_floor(b, s))
             claims_n += any(r["energy_verdict"] in ("saves", "costs more") for r in comp["levels"])
             for r in comp["levels"]:
                 ci, fam = r.get("energy_ratio_ci95"), r.get("energy_ratio_ci_family")
@@ -747,9 +766,11 @@ def scen_energy(runs: int, rng: random.Random) -> None:
         for _ in range(max(1, runs // 4)):
             b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
             s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.24), 0.02, launch_sd, launches)
-            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", run_floor(b, s))
             gain += all(r["energy_verdict"] == "saves" for r in comp["levels"])
-        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor from {earlier} earlier runs: "
+        where = ("this run's own launches with the prior (no earlier run)" if earlier == "own" else
+                 f"from {earlier} earlier runs" if earlier else "none (floors off)")
+        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor {where}: "
               "tie reads saves/costs more at some level "
               f"{rate(claims_n, runs)}; ratio's 95% interval covers {rate(cover, total)}, family-wise "
               f"{rate(cover_f, total)}; 0.80 reads saves at every level {rate(gain, max(1, runs // 4))}")
