@@ -15,9 +15,10 @@ A mode's capacity under the SLO: ``estimate``, the last level of the unbroken ru
 percentiles (the point figures) meet every target; ``capacity``, the last level of the unbroken run whose
 family-wise intervals meet them (surely served); ``upper``, the first level after it that surely misses (the
 capacity lies below it; None when none does). The line reads ``eagle3 serves up to C=40 [32, 48]``: estimate
-40, surely 32, surely not 48. The recommendation is a claim held family-wise with every check: ``speculate``
-where a speculative mode surely meets the SLO at a level where the baseline surely misses it (and the
-baseline nowhere the other way round), ``serve the baseline`` the other way, else no mode surely serves more.
+40, surely 32, surely not 48 (``none sure`` / ``none missed`` where no level says). The recommendation is a
+claim held family-wise with every check: ``speculate`` where a speculative mode surely meets the SLO at a level
+where the baseline surely misses it (and the baseline nowhere the other way round), ``serve the baseline`` the
+other way, else no mode surely serves more.
 
 Goodput per level per mode (GOODPUT_METHOD): the output tokens per second of the requests that meet every
 target, each target applied to the request's own latency (its TTFT, TPOT or end-to-end time; a percentile
@@ -188,7 +189,7 @@ def capacity(rows: list[dict]) -> dict:
 
 def _served(mode: str, info: dict) -> str:
     est, sure, upper = info.get("estimate"), info["capacity"], info.get("upper")
-    bracket = f"[{'none surely' if sure is None else sure}, {'none measured misses' if upper is None else upper}]"
+    bracket = f"[{'none sure' if sure is None else sure}, {'none missed' if upper is None else upper}]"
     if est is None and sure is None:
         return f"{mode} meets it at no measured level {bracket}"
     return f"{mode} serves up to C={est if est is not None else sure} {bracket}"
