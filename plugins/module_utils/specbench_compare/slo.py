@@ -39,7 +39,8 @@ import re
 from ..specbench_client.categories import ratio_of_sums_ci95
 from .common import _interval, _num, _rnd, _rnd_pair
 from .intervals import family_ci, log_half_width
-from .verdict import FAILED, FAMILY_ALPHA, SATURATED, family_z, level_failure, level_saturation
+from .recommend import adaptive_table_for, sglang_adaptive_config, speculate_ranges
+from .verdict import FAILED, FAMILY_ALPHA, PAYS, SATURATED, family_z, level_failure, level_saturation, paying_runs
 
 TARGET = re.compile(r"^(ttft|tpot|e2e)_(p50|p90|p99)_ms$")
 MEETS, MISSES, UNCLEAR = "meets", "misses", "unclear"
@@ -53,6 +54,16 @@ GOODPUT_METHOD = (
     "latency met every target (a percentile's limit applied to each request, as SGLang's bench_serving counts "
     "goodput); 95% interval: the share's cluster-robust by request (rule of three at an all-or-none share) and "
     "the throughput's (launches pooled by their spread) added in quadrature on the log scale"
+)
+
+
+SLO_OFF = "misses the SLO"
+SLO_SERVE_RULE = (
+    "under compare_slo speculation is on at a level where the speculative mode surely meets every target and the "
+    "baseline surely misses one (whatever the throughput verdict: only speculation serves that load within the SLO), "
+    "off where the speculative mode surely misses one and the baseline does not surely miss (speculating there breaks "
+    "the SLO, whatever it gains), elsewhere as the throughput verdict says (on where it clearly pays); then the one "
+    "speculation rule: on from such a level to the last such level after it, no other level between"
 )
 
 
@@ -237,3 +248,45 @@ def slo_verdict(slo: dict, baseline: str) -> dict:
     else:
         text = "no mode surely serves more under it at the measured levels"
     return {"speculate": best, "baseline_better": worse, "levels": per, "text": text}
+
+
+def serve_levels(slo: dict, baseline: str, spec_mode: str, rows: list[dict]) -> list[dict]:
+    """Per level of a comparison (``rows``: concurrency, throughput ``verdict``) the serve verdict under the SLO
+    (SLO_SERVE_RULE): ``verdict`` PAYS where speculation is on, SLO_OFF where the SLO turns it off, else the
+    throughput verdict; ``why`` says which rule decided."""
+    status = {m: {r["concurrency"]: r["status"] for r in (slo["modes"].get(m) or {}).get("levels") or []}
+              for m in (baseline, spec_mode)}
+    out = []
+    for row in rows:
+        conc, spec, base = row["concurrency"], status[spec_mode].get(row["concurrency"]), status[baseline].get(
+            row["concurrency"])
+        if spec == MEETS and base == MISSES:
+            out.append({"concurrency": conc, "verdict": PAYS, "why": f"only {spec_mode} meets the SLO"})
+        elif spec == MISSES and base != MISSES:
+            out.append({"concurrency": conc, "verdict": SLO_OFF,
+                        "why": f"{spec_mode} misses the SLO, {baseline} {base or 'not measured'}"})
+        else:
+            out.append({"concurrency": conc, "verdict": row.get("verdict"), "why": "the throughput verdict"})
+    return out
+
+
+def slo_serve(slo: dict, comp: dict, baseline: str, spec_mode: str, max_steps: int | None) -> dict:
+    """What to serve under the SLO from one comparison: its serve levels (serve_levels), speculate_ranges, the
+    SGLang adaptive table and config built from them (the one rule, verdict.paying_runs) and a sentence."""
+    levels = serve_levels(slo, baseline, spec_mode, comp.get("levels") or [])
+    ranges = speculate_ranges({"paying_runs": paying_runs([(r["concurrency"], r["verdict"]) for r in levels])})
+    measured = [r["concurrency"] for r in comp.get("levels") or [] if r.get("speedup") is not None]
+    table = (adaptive_table_for(ranges, max(measured) if measured else None, max_steps=max_steps) if ranges
+             else adaptive_table_for([]))
+    on = [r["concurrency"] for r in levels if r["verdict"] == PAYS]
+    by_slo = [r["concurrency"] for r in levels if r["why"] != "the throughput verdict"]
+    text = (f"Under the SLO, {spec_mode} speculates at C={', '.join(map(str, on))}" if on
+            else f"Under the SLO, {spec_mode} speculates at no level measured")
+    if by_slo:
+        text += " (the SLO decided C=" + ", ".join(
+            f"{r['concurrency']}: {'on' if r['verdict'] == PAYS else 'off'}" for r in levels
+            if r["why"] != "the throughput verdict") + "; the throughput verdict elsewhere)"
+    else:
+        text += " (the SLO decides no level: as the throughput verdicts)"
+    return {"levels": levels, "speculate_ranges": ranges, "adaptive_table": table,
+            "adaptive_config": sglang_adaptive_config(table), "text": text, "rule": SLO_SERVE_RULE}

@@ -99,3 +99,42 @@ def test_no_request_rows_give_no_goodput():
     row = cmp.summarize_host({"baseline": base}, "n1", "r1", slo=parse_slo({"tpot_p99_ms": 50}))["slo"]["modes"][
         "baseline"]["levels"][0]
     assert row["goodput_tok_per_s"] is None and row["goodput_tok_per_s_ci95"] is None
+
+
+def slo_run(speedups, base_tpot, spec_tpot, slo=None):
+    base = result("baseline", [lat(level(c, 100.0 * c), t) for c, t in zip(CONCS, base_tpot)])  # noqa: B905
+    spec = result("eagle3", [lat(level(c, 100.0 * c * x), t)
+                             for c, x, t in zip(CONCS, speedups, spec_tpot)])  # noqa: B905
+    return cmp.summarize_host({"baseline": base, "eagle3": spec}, "n1", "r1",
+                              slo=parse_slo(slo if slo is not None else {"tpot_p99_ms": 50}))
+
+
+def test_the_slo_turns_speculation_on_where_only_it_meets_the_targets():
+    """Speculation pays up to C=16 and loses above; from C=16 on only eagle3 meets p99 TPOT <= 50 ms: the table
+    and the schedule speculate at every level, the SLO deciding 16 (both rules agree), 32 and 64."""
+    plain = slo_run([1.3, 1.3, 1.3, 0.8, 0.8], [30, 45, 60, 80, 100], [20, 30, 40, 44, 46], slo={})
+    assert plain["speculate_ranges"] == [[1, 17]]
+    got = slo_run([1.3, 1.3, 1.3, 0.8, 0.8], [30, 45, 60, 80, 100], [20, 30, 40, 44, 46])
+    assert [r["verdict"] for r in got["levels"]] == ["pays", "pays", "pays", "loses", "loses"]  # throughput, as was
+    serve = got["comparisons"]["eagle3"]["serve_levels"]
+    assert [r["verdict"] for r in serve] == ["pays"] * 5
+    assert [r["why"] for r in serve][2:] == ["only eagle3 meets the SLO"] * 3
+    assert got["speculate_ranges"] == [[1, 65]] and got["adaptive_config"] != plain["adaptive_config"]
+    assert "Under the SLO, eagle3 speculates at C=1, 8, 16, 32, 64" in got["recommendation"]
+    assert cmp.vllm_schedule(serve, 3, 128) == [[1, 64, 3], [65, 128, 0]]
+    plan = cmp.serve_plan(got, "sglang")
+    assert plan["mode"] == "eagle3-adaptive" and plan["adaptive_config"] == got["adaptive_config"]
+
+
+def test_the_slo_turns_speculation_off_where_it_misses_and_the_baseline_meets():
+    """Speculation pays everywhere, but at C=16 and 32 eagle3 misses p99 TPOT <= 50 ms where the baseline meets it:
+    off there; at C=64 both miss and the throughput verdict (pays) decides."""
+    got = slo_run([1.3] * 5, [20, 30, 40, 45, 100], [20, 30, 70, 80, 90])
+    serve = got["comparisons"]["eagle3"]["serve_levels"]
+    assert [r["verdict"] for r in serve] == ["pays", "pays", "misses the SLO", "misses the SLO", "pays"]
+    assert got["speculate_ranges"] == [[1, 9], [64, 65]]
+    table = got["adaptive_table"]
+    assert table["9"] == [0] and table["64"] != [0] and not any(9 <= int(bs) < 64 and steps != [0] for bs, steps in table.items())
+    assert cmp.vllm_schedule(serve, 3, 100) == [[1, 8, 3], [9, 63, 0], [64, 64, 3], [65, 100, 0]]
+    assert "the SLO decided C=16: off, 32: off" in got["recommendation"]
+    assert got["slo"]["verdict"]["baseline_better"] == ["eagle3"]
