@@ -47,6 +47,8 @@ PLOTS = {
     "speedup": "speedup.png",
     "latency": "latency.png",
     "terms": TERMS_PLOT,
+    "latency_p99": "latency-p99.png",
+    "energy": "energy.png",
 }
 # Each plot's title, in report.md's image and report.html's figure.
 PLOT_TITLES = {
@@ -55,6 +57,8 @@ PLOT_TITLES = {
     "speedup": "Speedup",
     "latency": "Latency (TTFT p50 and TPOT)",
     "terms": "Accept length and step-time ratio",
+    "latency_p99": "p99 latency (TPOT and TTFT) with intervals",
+    "energy": "GPU energy per output token",
 }
 CSV_COLUMNS = (
     "host",
@@ -779,7 +783,82 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
         fig = render_terms_plot(plt, summary, _finish_axes, levels)
         if fig is not None:
             save("terms", fig)
+        for kind, draw in (("latency_p99", _p99_plot), ("energy", _energy_plot)):
+            fig = draw(plt, summary, levels)
+            if fig is not None:
+                save(kind, fig)
     return written
+
+
+def _mode_points(summary: dict, key: str) -> dict[str, list[dict]]:
+    """{mode: [{concurrency, <key>, <key>_ci95}, ...]} from the comparisons' per-mode level figures (the
+    baseline's once)."""
+    base = summary.get("baseline_mode")
+    out: dict = {}
+    for spec_mode, comp in (summary.get("comparisons") or {}).items():
+        for lv in comp.get("levels") or []:
+            for mode in (base, spec_mode):
+                fig_of = lv.get(mode) or {}
+                out.setdefault(mode, {})[lv["concurrency"]] = {
+                    "concurrency": lv["concurrency"], key: fig_of.get(key), f"{key}_ci95": fig_of.get(f"{key}_ci95")}
+    return {mode: [pts[c] for c in sorted(pts)] for mode, pts in out.items()}
+
+
+def _p99_plot(plt, summary: dict, levels: list):
+    """p99 TPOT and TTFT of every mode per level with their 95% intervals (distribution-free, by request), the
+    SLO targets as lines where compare_slo gives them; None when no level has either."""
+    targets = (summary.get("slo") or {}).get("targets") or {}
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    drawn = False
+    for ax, key, label in ((axes[0], "tpot_p99_ms", "TPOT p99 (ms per output token)"),
+                           (axes[1], "ttft_p99_ms", "TTFT p99 (ms)")):
+        for mode, pts in _mode_points(summary, key).items():
+            xs, ys, lo, hi = _series_xy(pts, key)
+            if xs:
+                drawn = True
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, label=mode)
+        if targets.get(key):
+            ax.axhline(targets[key], color="tab:red", linestyle="--", linewidth=1.0,
+                       label=f"SLO {targets[key]:g} ms (compare_slo)")
+        ax.set_ylabel(label)
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0].set_title("Time per output token, p99", fontsize=10)
+    axes[1].set_title("Time to first token, p99", fontsize=10)
+    for ax in axes:
+        _finish_axes(ax, levels)
+    fig.suptitle(f"p99 latency: {summary.get('host')} (95% intervals by request; lower is better)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _energy_plot(plt, summary: dict, levels: list):
+    """GPU energy per output token of every mode per level with its 95% interval; None without telemetry."""
+    key = "energy_j_per_output_token"
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    drawn = False
+    for mode, pts in _mode_points(summary, key).items():
+        xs, ys, lo, hi = _series_xy(pts, key)
+        if xs:
+            drawn = True
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, label=mode)
+    if not drawn:
+        plt.close(fig)
+        return None
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.set_ylabel("joules per output token (server's GPUs)")
+    emulated = bool(emulated_banner(summary.get("servers") or {}))
+    ax.set_title(f"GPU energy per output token: {summary.get('host')} (95% intervals; lower is better)"
+                 + (" - emulated GPUs" if emulated else ""), fontsize=10)
+    _finish_axes(ax, levels)
+    fig.tight_layout()
+    return fig
 
 
 def _latency_plot(plt, summary: dict, levels: list):
