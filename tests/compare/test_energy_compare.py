@@ -54,8 +54,14 @@ def test_compare_reports_energy_per_token_with_verdicts(tmp_path):
             lo, hi = row["goodput_tok_per_s_ci95"]
             assert lo <= row["goodput_tok_per_s"] <= hi and 0 <= row["goodput_share"] <= 1
             assert row["goodput_requests"][0] <= row["goodput_requests"][1]
+    # what to serve comes from the SLO decision: every level's serve verdict and the sentence saying which decided
+    serve = comp["serve_levels"]
+    assert [r["concurrency"] for r in serve] == LEVELS and all(r["why"] for r in serve)
+    assert "Under the SLO, eagle3 speculates at" in summary["recommendation"]
     report = (host_dir / "report.md").read_text()
     assert "**Latency SLO**" in report and "## Latency SLO and goodput, per level" in report
+    assert "![p99 latency (TPOT and TTFT) with intervals](latency-p99.png)" in report
+    assert "![GPU energy per output token](energy.png)" in report
     print(slo["text"])
     start = report.index("### GPU energy per output token")
     print(report[start:report.index("Energy crossover", start) + 200])

@@ -864,18 +864,11 @@ def _energy_plot(plt, summary: dict, levels: list):
 def _latency_plot(plt, summary: dict, levels: list):
     """TTFT p50 and TPOT of every mode against concurrency (two axes), from the comparisons'
     levels; None when no level has either."""
-    base = summary.get("baseline_mode")
-    by_mode: dict = {}
-    for spec_mode, comp in (summary.get("comparisons") or {}).items():
-        for lv in comp.get("levels") or []:
-            for mode in (base, spec_mode):
-                fig_of = lv.get(mode) or {}
-                by_mode.setdefault(mode, {})[lv["concurrency"]] = (fig_of.get("ttft_ms_p50"), fig_of.get("tpot_ms"))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
     drawn = False
-    for mode, points in by_mode.items():
-        for ax, i in ((ax1, 0), (ax2, 1)):
-            pts = sorted((c, v[i]) for c, v in points.items() if v[i] is not None and v[i] > 0)
+    for ax, key in ((ax1, "ttft_ms_p50"), (ax2, "tpot_ms")):
+        for mode, points in _mode_points(summary, key).items():
+            pts = [(p["concurrency"], p[key]) for p in points if p[key] is not None and p[key] > 0]
             if pts:
                 drawn = True
                 ax.plot([c for c, _v in pts], [v for _c, v in pts], marker="o", markersize=4, label=mode)
