@@ -499,7 +499,10 @@ def _slo_decision(summary: dict, results: dict, modes: list[str], slo: dict | No
         serve = slo_serve(summary["slo"], comp, baseline, mode, draft_steps(results.get(mode)))
         comp["serve_levels"] = serve["levels"]
         summary["slo"]["serve"][mode] = {k: serve[k] for k in ("speculate_ranges", "text", "levels", "rule")}
-        if mode == summary.get("spec_mode") and not summary.get("adaptive_refused"):
+        if mode == summary.get("spec_mode") and summary.get("adaptive_refused"):
+            summary["recommendation"] = (f"{summary['recommendation']} {serve['text']}; no adaptive table serves "
+                                         f"{mode} as measured, so the SLO does not change the static choice.")
+        elif mode == summary.get("spec_mode"):
             ranges = serve["speculate_ranges"]
             summary["speculate_ranges"] = ranges
             summary["speculate_below"] = ranges[0][1] if len(ranges) == 1 and ranges[0][0] <= 1 else None
