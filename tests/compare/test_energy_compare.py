@@ -8,8 +8,11 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
 from compare_kit import LLAMA, node_vars, not_kept_up, run_playbook
 from specbench_testkit import free_port, inventory, kill_node_servers
+
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client import stats
 
 LEVELS = [8, 64]
 
@@ -33,6 +36,9 @@ def test_compare_reports_energy_per_token_with_verdicts(tmp_path):
             assert window["source"] == "emulated" and window["energy_source"] == "counter"
             assert [g["index"] for g in window["gpus"]] == [0]  # the server's one GPU
             assert level["energy_j_per_output_token"] > 0
+            # each request's latencies, which goodput compares with the SLO, on the percentiles' own scale (node speed)
+            tpots = [r[1] for r in level["request_latencies"]["rows"] if r[1] is not None]
+            assert stats.summary(tpots)["p99"] == pytest.approx(level["tpot_ms"]["p99"], rel=1e-3)
     summary = json.loads((host_dir / "summary.json").read_text())
     comp = summary["comparisons"]["eagle3"]
     for row in comp["levels"]:
