@@ -54,12 +54,16 @@ share of the error rate):
   failed     a failed launch of two: the level and the run's completeness
   energy     GPU energy per output token: a tie (ratio 1.00) and a true 0.80 at the 8 levels, window noise
              +-2% (the throughput's, which the energy interval borrows) and counter bounds +-0.5%, launch sd
-             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs or
-             none: runs with any energy claim (saves /
+             0-3% on each mode's joules per token, launches 1 and 2, with the node's floor from 3 earlier runs,
+             from the run's own two launches with the prior (compare_results' default on a new node) or none
+             (floors off): runs with any energy claim (saves /
              costs more), the ratio's per-level 95% and family-wise coverage, 0.80 read "saves" everywhere
   latency    p99 TPOT per request (exponential, 800 requests a level), true p99 rising with C: runs with a
              false SLO claim (a level read "meets" where the truth is over the target, or "misses" where it is
              under), capacities claimed over the true one or equal to it, a tie's p99 ratio read faster / slower
+  goodput    goodput under TPOT <= 50 ms (tokens/s of the requests meeting it), 200 and 800 requests a level,
+             the share meeting it from 1.00 to 0.07 over the 8 levels: the 95% interval's coverage of the truth by
+             share band; a tie's SLO verdict (speculate / serve the baseline) rate
   windows    one window's 95% interval of a simulated closed loop's rate (tests/closed_loop.py) under a
              5% AR(1) drift with correlation times of 1-60 request durations, windows of 50-400: the
              share of windows warned (summarize's "correlation times of its rate" warning, or no
@@ -727,16 +731,34 @@ def energy_sweep(rng: random.Random, mode: str, joules: dict, half: float, launc
     return cmp.pool_runs(runs)
 
 
+def own_floor(results: dict) -> dict | None:
+    """The floor compare_results holds a run of two launches in on a node without earlier runs (its default,
+    compare_noise_floor_max_age_days > 0): this run's own launch estimate with the stated prior."""
+    import datetime  # noqa: PLC0415 - only this scenario needs a clock
+    part = cmp.launch_estimate(results)
+    if not part:
+        return None
+    part["measured_at"] = "2026-01-01T00:00:00+00:00"
+    return cmp.launch_floor_from({"this": part}, now=datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC))
+
+
 def scen_energy(runs: int, rng: random.Random) -> None:
     print("== energy per output token: ratio speculation/baseline at C=" + ",".join(map(str, SEED_LEVELS))
           + ", +-2% windows, counter bounds +-0.5%")
-    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.03, 0), (2, 0.03, 3)):
+    # earlier: the node's floor from that many earlier runs; "own": none earlier, this run's own launches with the
+    # prior (compare_results' default); 0: floors off (compare_noise_floor_max_age_days: 0), no floor at all
+    for launches, launch_sd, earlier in ((1, 0.0, 0), (1, 0.03, 3), (2, 0.0, 0), (2, 0.0, "own"), (2, 0.03, 0),
+                                         (2, 0.03, "own"), (2, 0.03, 3)):
         claims_n = cover = cover_f = total = 0
-        floor = node_floor(rng, earlier, launch_sd) if earlier else None
+        floor = node_floor(rng, earlier, launch_sd) if isinstance(earlier, int) and earlier else None
+
+        def run_floor(b, s, floor=floor, earlier=earlier):
+            return own_floor({"baseline": b, "eagle3": s}) if earlier == "own" else floor
+
         for _ in range(runs):
             b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
             s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
-            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", run_floor(b, s))
             claims_n += any(r["energy_verdict"] in ("saves", "costs more") for r in comp["levels"])
             for r in comp["levels"]:
                 ci, fam = r.get("energy_ratio_ci95"), r.get("energy_ratio_ci_family")
@@ -747,9 +769,11 @@ def scen_energy(runs: int, rng: random.Random) -> None:
         for _ in range(max(1, runs // 4)):
             b = energy_sweep(rng, "baseline", dict.fromkeys(SEED_LEVELS, 0.3), 0.02, launch_sd, launches)
             s = energy_sweep(rng, "eagle3", dict.fromkeys(SEED_LEVELS, 0.24), 0.02, launch_sd, launches)
-            comp = cmp.compare_pair(b, s, "baseline", "eagle3", floor)
+            comp = cmp.compare_pair(b, s, "baseline", "eagle3", run_floor(b, s))
             gain += all(r["energy_verdict"] == "saves" for r in comp["levels"])
-        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor from {earlier} earlier runs: "
+        where = ("this run's own launches with the prior (no earlier run)" if earlier == "own" else
+                 f"from {earlier} earlier runs" if earlier else "none (floors off)")
+        print(f"  launches {launches}, launch sd {100 * launch_sd:.0f}%, floor {where}: "
               "tie reads saves/costs more at some level "
               f"{rate(claims_n, runs)}; ratio's 95% interval covers {rate(cover, total)}, family-wise "
               f"{rate(cover_f, total)}; 0.80 reads saves at every level {rate(gain, max(1, runs // 4))}")
@@ -797,6 +821,58 @@ def scen_latency(runs: int, rng: random.Random) -> None:
     print(f"  a tie (p99 TPOT equal in both modes): runs with any level read faster or slower {rate(ties, runs)}")
 
 
+def goodput_levels(rng: random.Random, mode: str, p99: dict, requests: int) -> tuple[dict, dict]:
+    """One launch of a mode: per level ``requests`` requests with exponential TPOT (true p99 ``p99[conc]`` ms) and
+    50-300 output tokens, a throughput read +-2% about the truth 100 C tok/s; returns (result, true goodput by
+    level) for the target SLO_TARGET_MS."""
+    levels, truth = [], {}
+    for conc, p in p99.items():
+        scale = p / math.log(100.0)
+        tpots = [rng.expovariate(1.0 / scale) for _ in range(requests)]
+        tokens = [rng.randint(50, 300) for _ in range(requests)]
+        true_thr = 100.0 * conc
+        lv = level(conc, true_thr * math.exp(rng.gauss(0.0, 0.02 / Z)), 0.02)
+        lv["tpot_ms"] = stats.summary(tpots, 1.0, ci=True)
+        lv["request_latencies"] = {"columns": ["ttft_ms", "tpot_ms", "e2e_ms", "output_tokens"],
+                                   "rows": [[50.0, t, 50.0 + t * n, n] for t, n in zip(tpots, tokens)]}  # noqa: B905
+        levels.append(lv)
+        truth[conc] = true_thr * (1.0 - math.exp(-SLO_TARGET_MS / scale))  # tokens independent of TPOT
+    return result(mode, levels), truth
+
+
+SLO_TARGET_MS = 50.0
+
+
+def scen_goodput(runs: int, rng: random.Random) -> None:
+    # true p99 TPOT per level: the share of requests meeting 50 ms runs from 1.00 to 0.07 over the levels
+    curve = dict(zip(SEED_LEVELS, (15.0, 25.0, 40.0, 60.0, 100.0, 200.0, 600.0, 3000.0)))  # noqa: B905
+    print(f"== goodput: tokens/s of the requests with TPOT <= {SLO_TARGET_MS:g} ms, 200 and 800 requests a level, "
+          "TPOT exponential with true p99 " + ", ".join(f"{v:g}" for v in curve.values()) + " ms at C="
+          + ",".join(map(str, SEED_LEVELS)) + "; throughput +-2%; the SLO verdict on a tie")
+    for requests in (200, 800):
+        cover = {"share >= 0.9": [0, 0], "0.1 < share < 0.9": [0, 0], "share <= 0.1": [0, 0]}
+        for _ in range(runs):
+            res, truth = goodput_levels(rng, "baseline", curve, requests)
+            slo = cmp.summarize_host({"baseline": res}, "sim", "sim", slo={"tpot_p99_ms": SLO_TARGET_MS})["slo"]
+            for row in slo["modes"]["baseline"]["levels"]:
+                true = truth[row["concurrency"]]
+                share = true / (100.0 * row["concurrency"])
+                band = "share >= 0.9" if share >= 0.9 else "share <= 0.1" if share <= 0.1 else "0.1 < share < 0.9"
+                ci = row.get("goodput_tok_per_s_ci95")
+                cover[band][0] += bool(ci) and ci[0] <= true <= ci[1]
+                cover[band][1] += 1
+        print(f"  {requests} requests a level: goodput's 95% interval covers the truth "
+              + "; ".join(f"{band} {rate(*hits)}" for band, hits in cover.items()))
+    claims = 0
+    for _ in range(runs):
+        a, unused = goodput_levels(rng, "baseline", curve, 800)
+        b, unused = goodput_levels(rng, "eagle3", curve, 800)
+        slo = cmp.summarize_host({"baseline": a, "eagle3": b}, "sim", "sim", slo={"tpot_p99_ms": SLO_TARGET_MS})["slo"]
+        claims += bool(slo["verdict"]["speculate"] or slo["verdict"]["baseline_better"])
+    print(f"  a tie (the same TPOT in both modes, 800 requests a level): runs whose SLO verdict reads speculate or "
+          f"serve the baseline {rate(claims, runs)}")
+
+
 SCENARIOS = {
     "power": scen_power,
     "sequential": scen_sequential,
@@ -817,6 +893,7 @@ SCENARIOS = {
     "adaptive": scen_adaptive,
     "energy": scen_energy,
     "latency": scen_latency,
+    "goodput": scen_goodput,
 }
 
 

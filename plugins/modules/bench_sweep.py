@@ -194,7 +194,9 @@ options:
       - Seconds between samples of the server's GPUs (power, energy counter, clocks, utilisation, memory,
         temperature, throttle reasons) during each window, read through NVML (nvidia-ml-py) on the node or
         from the emulator's GPUs; each level's C(gpu_telemetry) and C(energy_j_per_output_token) come from
-        them. 0 samples nothing.
+        them. Only the server's GPUs are read (those NVML lists the process on the server's port or its children
+        on, else its CUDA_VISIBLE_DEVICES, else its tp_size); each window's C(gpus_read) says which and how. 0
+        samples nothing.
     type: float
     default: 0.25
   probe:
@@ -413,6 +415,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils.launch.process import server_gpu_hints
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client import (
     DEFAULTS,
     ServerError,
@@ -425,6 +428,8 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
     redact,
     sweep,
 )
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.settings import parse_base_url
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.telemetry import is_local
 
 ARGUMENT_SPEC = {
     "base_url": {"type": "str", "required": True},
@@ -493,6 +498,10 @@ def main() -> None:
         module.exit_json(changed=False, server=redact(server, secrets), settings=public)
     if progress_path:
         settings["_progress_path"] = progress_path
+    host, port = parse_base_url(settings["base_url"])[:2]
+    if settings["telemetry_interval_s"] > 0 and is_local(host):
+        # the server's process tree and CUDA_VISIBLE_DEVICES: telemetry then reads only its GPUs (pick_gpus)
+        server["gpu_hints"] = server_gpu_hints(port)
     try:
         levels = [redact(level, secrets) for level in sweep(settings, server)]
     finally:

@@ -103,7 +103,8 @@ options:
   slo:
     description:
       - "Latency targets, C({tpot_p99_ms: 50, ttft_p99_ms: 2000}) (C(<ttft|tpot|e2e>_<p50|p90|p99>_ms)): per mode the
-        highest measured concurrency meeting every target, held family-wise (summary C(slo), a report line).
+        highest measured concurrency meeting every target, held family-wise, and the goodput per level (tokens/s of
+        the requests meeting every target, with its interval) (summary C(slo), a report line and table, CSV columns).
         Empty, none."
     type: raw
     default: {}

@@ -6,6 +6,10 @@
 #      (cuMemAlloc via ctypes: no torch needed); playbooks/teardown.yml runs with the NVML backend
 #      and this process recorded as the server; then every GPU must read idle, the holder must be
 #      gone and nothing else may have died (a bystander process, every other GPU holder seen before).
+#   1b. telemetry: a real process loads GPU N (libcuda, memory written over and over for 12 s); the
+#      collection's telemetry reader (NVML, nvidia-ml-py) finds that GPU from the process NVML lists on
+#      it and samples it; the energy counter over the window must match the power samples integrated
+#      (tests/gpu/telemetry_check.py; a line "telemetry: ok/FAILED ..." in the summary).
 #   2. engines: for every engine installed (SGLang: --sglang-python, else .venv-sglang, else
 #      python3; vLLM: --vllm-python, else .venv-vllm, else python3; each needs torch), a tiny model
 #      made on the spot (tests/vllm/make_models.py, no hub), then bench.yml for each speculative
@@ -37,7 +41,7 @@ PART1_CAP_S=120
 START_S=$(date +%s)
 
 usage() {
-    sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 summary() {  # summary STATUS TEXT: the one line, then exit
@@ -147,6 +151,7 @@ done
 
 if [ "$PLAN" -eq 1 ]; then
     echo "plan: part 1 teardown on GPU $GPU ($GIB GiB through libcuda cuMemAlloc)"
+    echo "plan: part 1b telemetry on GPU $GPU (a libcuda process loads it 12 s; NVML energy counter against integrated power)"
     for entry in $ENGINES; do
         IFS="|" read -r engine py version <<< "$entry"
         echo "plan: part 2 $engine $version ($py): modes $(modes_of "$engine")"
@@ -262,6 +267,24 @@ else
 fi
 HOLDER=""
 
+# ------------------------------------------------------------------ part 1b: telemetry from a real process
+TELEMETRY_PY=""
+for py in "$ROOT/.venv/bin/python" "$PY3"; do
+    if [ -x "$py" ] && "$py" -c "import pynvml" 2>/dev/null; then TELEMETRY_PY=$py; break; fi
+done
+if [ -z "$TELEMETRY_PY" ]; then
+    PART1B="telemetry NOT RUN: nvidia-ml-py (pynvml) is not installed for $ROOT/.venv/bin/python or $PY3"
+    skip "part 1b, telemetry: nvidia-ml-py not installed (pip install nvidia-ml-py)"
+else
+    timeout 60 "$TELEMETRY_PY" "$ROOT/tests/gpu/telemetry_check.py" --gpu "$GPU" --seconds 12 \
+        > "$WORK/telemetry.out" 2> "$WORK/telemetry.err"
+    TEL_RC=$?
+    PART1B=$(tail -n 1 "$WORK/telemetry.out")
+    [ -n "$PART1B" ] || PART1B="telemetry FAILED: no answer (rc $TEL_RC; $(tail -n 2 "$WORK/telemetry.err" | tr '\n' ' '))"
+    [ "$TEL_RC" -eq 0 ] || [ "$TEL_RC" -eq 2 ] || STATUS=1  # 2: NOT RUN (NVML unreadable), said in the line
+fi
+idle_all || { PART1B="$PART1B; a GPU is not idle after it"; STATUS=1; }
+
 # ------------------------------------------------------------------ part 2: every engine's modes
 MODELS="$WORK/models"
 PART2=""
@@ -301,9 +324,11 @@ for entry in $ENGINES; do
         rc=$?
         (cd "$ROOT" && timeout 60 "$ANSIBLE_PLAYBOOK" playbooks/teardown.yml -e "$EXTRA") >> "$WORK/bench-$engine-$mode.log" 2>&1
         # What the results say: the post-launch check, accept length and its source, the flush.
-        verdict=$("$PY3" - "$WORK/results" "$mode" "$engine" <<'PY' 2>&1
+        verdict=$("$PY3" - "$WORK/results" "$mode" "$engine" "$ROOT/tests/gpu" <<'PY' 2>&1
 import glob, json, sys
 folder, mode, engine = sys.argv[1:4]
+sys.path.insert(0, sys.argv[4])
+from telemetry_check import tolerance_j
 files = glob.glob(f"{folder}/gpu-check/*/{mode}.json")
 if not files:
     print("FAILED no results file")
@@ -325,12 +350,12 @@ for level in doc.get("levels") or []:
     accepts.append(f"{value or 0:.2f}")
     # GPU telemetry from NVML during the window: the energy counter against the power samples integrated,
     # within NVML's stated power accuracy (+-5 W) over the window plus, at each edge, what the 1-s averaged
-    # power reading can lag by (the samples' max - min over 1 s).
+    # power reading can lag by (telemetry_check.tolerance_j, as part 1b holds it).
     for window in level.get("gpu_telemetry") or []:
         for gpu in (window or {}).get("gpus") or []:
             if gpu.get("energy_source") != "counter" or gpu.get("power_integrated_j") is None:
                 continue
-            tol = 5.0 * window["window_s"] + 2 * ((gpu["power_w_max"] or 0) - (gpu["power_w_min"] or 0)) * 1.0
+            tol = tolerance_j(gpu, window["window_s"])
             diff = gpu["energy_j"] - gpu["power_integrated_j"]
             energies.append(f"{gpu['energy_j']:.0f}J/{gpu['power_integrated_j']:.0f}J")
             if abs(diff) > tol:
@@ -353,4 +378,4 @@ PY
     done
 done
 [ -n "$PART2" ] || PART2="engines: none run"
-summary "$STATUS" "$PART1 |${PART2%;} | skipped: $(skipped_text) | machine: $COUNT x $MACHINE | $(( $(date +%s) - START_S )) s"
+summary "$STATUS" "$PART1 | $PART1B |${PART2%;} | skipped: $(skipped_text) | machine: $COUNT x $MACHINE | $(( $(date +%s) - START_S )) s"

@@ -64,7 +64,7 @@ def test_help_describes_both_parts():
     done = _run("--help")
     assert done.returncode == 0
     for needle in ("teardown", "cuMemAlloc via ctypes: no torch needed", "C = 1, 4", "under 10 minutes",
-                   "post-launch check", "/flush_cache", "--plan"):
+                   "post-launch check", "/flush_cache", "--plan", "1b. telemetry", "energy counter over the window"):
         assert needle in done.stdout, needle
 
 
@@ -83,6 +83,7 @@ def test_the_plan_names_every_engine_its_modes_and_every_skip(tmp_path):
     assert done.returncode == 0, done.stdout
     assert f"plan: part 2 sglang 0.5.23 ({sglang}): modes ngram standalone" in done.stdout
     assert "plan: part 1 teardown on GPU 0 (4 GiB through libcuda cuMemAlloc)" in done.stdout
+    assert "plan: part 1b telemetry on GPU 0" in done.stdout
     last = done.stdout.strip().splitlines()[-1]
     assert last.startswith("run_on_gpu: PLAN ONLY (nothing started): engines: sglang 0.5.23 | skipped: ")
     assert "vllm 0.32.0 at" in last and "its torch is a CPU build, it cannot serve on the GPU" in last
@@ -128,3 +129,44 @@ def test_the_script_is_shellcheck_clean():
         pytest.skip("shellcheck is not installed (apt-get install -y shellcheck)")
     done = subprocess.run(["shellcheck", str(SCRIPT)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
+
+
+sys.path.insert(0, str(SCRIPT.parent))
+import telemetry_check  # noqa: E402
+
+
+def _window(counter_scale: float, counter: bool = True) -> dict:
+    """A 10-s window of 400 W sampled every 0.1 s through the collection's reader code; the counter scaled."""
+    tl = telemetry_check.load_telemetry()
+    times = [0.1 * i for i in range(121)]
+    samples = [[{"index": 0, "t": t, "power_w": 400.0, "energy_j": 400.0 * t * counter_scale if counter else None,
+                 "sm_clock_mhz": 1980.0, "mem_clock_mhz": 2619.0, "util_pct": 100.0, "mem_used_mib": 2048,
+                 "temperature_c": 60.0, "throttle": 0}] for t in times]
+    return tl.window_telemetry(samples, 1.0, 11.0, 0.1, "nvml")
+
+
+def test_part_1b_checks_the_counter_against_integrated_power():
+    """The verdict part 1b prints: the counter within NVML's +-5 W over the window passes, 10% off fails (400 W,
+    10 s: 4000 J, tolerance 50 J), no counter is said to be unchecked, an unloaded GPU fails."""
+    passed, words = telemetry_check.energy_verdict(_window(1.0), idle_w=70.0)
+    assert passed is True and "counter 4000.0 J, integrated power 4000.0 J" in words and "tolerance 50.0 J" in words
+    passed, words = telemetry_check.energy_verdict(_window(1.1), idle_w=70.0)
+    assert passed is False and words.startswith("the energy counter disagrees with the power samples")
+    passed, words = telemetry_check.energy_verdict(_window(1.0, counter=False))
+    assert passed is None and "no energy counter here" in words
+    passed, words = telemetry_check.energy_verdict(_window(1.0), idle_w=395.0)
+    assert passed is False and "did not load the GPU" in words
+
+
+def test_part_1b_without_nvml_says_not_run():
+    done = subprocess.run([sys.executable, str(SCRIPT.parent / "telemetry_check.py"), "--seconds", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("NVML answers here: part 1b would really run")
+    except Exception:  # noqa: BLE001 - no pynvml or no driver: the check must say NOT RUN
+        pass
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("telemetry: NOT RUN: ")

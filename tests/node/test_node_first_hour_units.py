@@ -224,8 +224,12 @@ def test_a_level_on_the_emulator_is_recorded_at_node_speed_with_the_wall_clock_b
     level = {"concurrency": 1, "output_tok_per_s": 921.4, "output_tok_per_s_ci95": [910.0, 930.0],
              "request_per_s": 3.6, "ttft_ms": {"p50": 4.0, "mean": 4.2}, "tpot_ms": {"mean": 1.08, "mean_ci95": [1.0, 1.2]},
              "decode_tok_per_s_per_stream": {"mean": 926.0}, "server_output_tok_per_s": 920.0,
-             "requests_ok": 5, "requests_failed": 0, "emulator_model": {"output_tok_per_s": 926.0}}
-    node = labels.level_at_node_speed(dict(level), server)
+             "requests_ok": 5, "requests_failed": 0, "emulator_model": {"output_tok_per_s": 926.0},
+             "request_latencies": {"columns": ["ttft_ms", "tpot_ms", "e2e_ms", "output_tokens"],
+                                   "rows": [[4.0, 1.1, 74.0, 64], [5.0, None, 5.0, 1]]}}
+    node = labels.level_at_node_speed(json.loads(json.dumps(level)), server)
+    # each request's latencies at node speed as the percentiles are (goodput compares them with the SLO), tokens kept
+    assert node["request_latencies"]["rows"] == [[40.0, 11.0, 740.0, 64], [50.0, None, 50.0, 1]]
     assert node["output_tok_per_s"] == pytest.approx(92.14) and node["wall_clock_output_tok_per_s"] == 921.4
     assert node["output_tok_per_s_ci95"] == pytest.approx([91.0, 93.0])
     assert node["ttft_ms"]["p50"] == pytest.approx(40.0) and node["wall_clock_ttft_ms"]["p50"] == 4.0

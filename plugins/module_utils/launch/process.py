@@ -2,7 +2,8 @@
 # Apache License 2.0 (see galaxy.yml)
 """Start an SGLang server detached and wait until it serves; standard library only.
 
-* :func:`port_holder` names the process listening on a port (pid, name, command line).
+* :func:`port_holder` names the process listening on a port (pid, name, command line);
+  :func:`server_gpu_hints` what tells its GPUs (its process tree, its CUDA_VISIBLE_DEVICES).
 * :func:`launch` starts the server in its own session and process group, or as a transient
   systemd unit where systemd runs, logging to a file, and never holding the caller's pipes.
 * :func:`wait_ready` polls /health_generate (then /health, /v1/models) until a deadline and
@@ -67,6 +68,18 @@ def port_holder(port: int) -> list[dict]:
         if info is not None:
             found.append({"pid": pid, "name": info.comm, "cmdline": info.command})
     return found
+
+
+def server_gpu_hints(port: int) -> dict:
+    """What tells a server's GPUs on this node (specbench_client.telemetry.pick_gpus): the pids of the process
+    listening on ``port`` and its descendants, and that process's CUDA_VISIBLE_DEVICES (None when unset or
+    unreadable). {} when no process listens there (or it cannot be seen: another user's, another namespace)."""
+    found = port_holder(port)
+    if not found:
+        return {}
+    pid = found[0]["pid"]
+    tree = {pid} | proc_table.descendants(pid, proc_table.snapshot())
+    return {"pids": sorted(tree), "visible": proc_table.environ_value(pid, "CUDA_VISIBLE_DEVICES")}
 
 
 def port_in_use(host: str, port: int) -> bool:

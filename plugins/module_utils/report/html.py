@@ -23,7 +23,7 @@ from ansible_collections.specbench.core.plugins.module_utils.report.templates im
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import fmt_conc
 
 # The plots in report.html: the speedup (what the verdict reads) first.
-FIGURE_ORDER = ("speedup", "throughput", "per_stream", "latency", "terms")
+FIGURE_ORDER = ("speedup", "throughput", "per_stream", "latency", "latency_p99", "energy", "terms")
 FIGURE_CAPTIONS = {
     "speedup": "each level's speedup (above 1: speculation pays). The wide pale bar is the family-wise interval, "
                "all levels at once, that decides the verdict; the thin bar with caps is the level's own 95% interval, "
@@ -33,6 +33,10 @@ FIGURE_CAPTIONS = {
     "per_stream": "decode tokens per second one user sees, with 95% intervals",
     "latency": "time to first token (p50) and time per output token of every mode",
     "terms": "speedup ~= accept length / step-time ratio, per level",
+    "latency_p99": "p99 time per output token and to first token of every mode per level, with their distribution-free "
+                   "95% intervals by request; dashed: the SLO targets (compare_slo) where given",
+    "energy": "joules on the server's GPUs per output token of every mode per level, with 95% intervals (the "
+              "emulator's power model on emulated GPUs)",
 }
 VERDICTS = ("pays", "loses", "unclear", "failed", "saturated", "missing")
 # Sections first in report.html (verdict first), by the start of their report.md heading; the

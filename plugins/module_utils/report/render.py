@@ -47,6 +47,8 @@ PLOTS = {
     "speedup": "speedup.png",
     "latency": "latency.png",
     "terms": TERMS_PLOT,
+    "latency_p99": "latency-p99.png",
+    "energy": "energy.png",
 }
 # Each plot's title, in report.md's image and report.html's figure.
 PLOT_TITLES = {
@@ -55,6 +57,8 @@ PLOT_TITLES = {
     "speedup": "Speedup",
     "latency": "Latency (TTFT p50 and TPOT)",
     "terms": "Accept length and step-time ratio",
+    "latency_p99": "p99 latency (TPOT and TTFT) with intervals",
+    "energy": "GPU energy per output token",
 }
 CSV_COLUMNS = (
     "host",
@@ -107,6 +111,14 @@ CSV_COLUMNS = (
     "ttft_p99_ratio_family_lo",
     "ttft_p99_ratio_family_hi",
     "ttft_p99_verdict",
+    "baseline_slo_status",
+    "baseline_goodput_tok_per_s",
+    "baseline_goodput_tok_per_s_lo",
+    "baseline_goodput_tok_per_s_hi",
+    "spec_slo_status",
+    "spec_goodput_tok_per_s",
+    "spec_goodput_tok_per_s_lo",
+    "spec_goodput_tok_per_s_hi",
 )
 
 
@@ -165,9 +177,16 @@ def render_csv(summary: dict) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     base = summary.get("baseline_mode")
+    slo_rows = {m: {r["concurrency"]: r for r in info["levels"]}
+                for m, info in ((summary.get("slo") or {}).get("modes") or {}).items()}
     for spec_mode, comp in (summary.get("comparisons") or {}).items():
         for lv in comp.get("levels") or []:
             b, s = lv.get(base) or {}, lv.get(spec_mode) or {}
+            goodput = [cell for mode in (base, spec_mode)
+                       for row in [(slo_rows.get(mode) or {}).get(lv["concurrency"]) or {}]
+                       for cell in (_blank(row.get("status")), _blank(row.get("goodput_tok_per_s")),
+                                    _pair(row.get("goodput_tok_per_s_ci95"), 0),
+                                    _pair(row.get("goodput_tok_per_s_ci95"), 1))]
             errors = "; ".join(e for e in (b.get("error"), s.get("error")) if e)
             writer.writerow(
                 [
@@ -213,6 +232,7 @@ def render_csv(summary: dict) -> str:
                         _blank(b.get(f"{name}_ms")), _blank(s.get(f"{name}_ms")), _blank(lv.get(f"{name}_ratio")),
                         _pair(lv.get(f"{name}_ratio_ci_family"), 0), _pair(lv.get(f"{name}_ratio_ci_family"), 1),
                         _blank(lv.get(f"{name}_ratio_verdict")))),
+                    *goodput,
                 ]
             )
     return out.getvalue()
@@ -307,6 +327,7 @@ def render_markdown(summary: dict, plots: dict | None = None) -> str:
         lines.extend(_level_table(comp, base, spec_mode, spec_mode == spec))
         lines.extend(terms_table(comp, spec_mode))
         lines.extend(category_table(comp, spec_mode, summary.get("servers") or {}))
+    lines.extend(slo_table(summary.get("slo")))
     lines.extend(separate_lines(summary))
     table = summary.get("adaptive_table")
     engines = {(info or {}).get("engine") for info in (summary.get("servers") or {}).values()}
@@ -554,6 +575,32 @@ def _level_table(comp: dict, base: str, spec_mode: str, primary: bool = False) -
     return lines
 
 
+def slo_table(slo: dict | None) -> list[str]:
+    """Per level and mode: the SLO status (family-wise) and the goodput under it with its interval."""
+    if not slo or not slo.get("modes"):
+        return []
+    modes = list(slo["modes"])
+    by_mode = {m: {r["concurrency"]: r for r in info["levels"]} for m, info in slo["modes"].items()}
+    concs = sorted({c for rows in by_mode.values() for c in rows})
+    lines = ["## Latency SLO and goodput, per level", "",
+             "| C | " + " | ".join(f"{m} SLO | {m} goodput tok/s [95%]" for m in modes) + " |",
+             "|---:|" + "---|---:|" * len(modes)]
+    for conc in concs:
+        cells = []
+        for mode in modes:
+            row = by_mode[mode].get(conc) or {}
+            cells += [str(row.get("status") or "-"),
+                      _with_ci(row.get("goodput_tok_per_s"), row.get("goodput_tok_per_s_ci95"))]
+        lines.append(f"| {conc} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if slo.get("text"):
+        lines.append(f"{_md(slo['text'])}.")
+        lines.append("")
+    lines.append(f"SLO: {_md(slo.get('method'))}. Goodput: {_md(slo.get('goodput_method'))}.")
+    lines.append("")
+    return lines
+
+
 def _latency_table(comp: dict, base: str, spec_mode: str) -> list[str]:
     """p99 TPOT and TTFT per mode with their intervals, and each ratio's family-wise verdict."""
     levels = comp.get("levels") or []
@@ -736,24 +783,92 @@ def render_plots(summary: dict, outdir: str, dpi: int = 100, changed: list | Non
         fig = render_terms_plot(plt, summary, _finish_axes, levels)
         if fig is not None:
             save("terms", fig)
+        for kind, draw in (("latency_p99", _p99_plot), ("energy", _energy_plot)):
+            fig = draw(plt, summary, levels)
+            if fig is not None:
+                save(kind, fig)
     return written
+
+
+def _mode_points(summary: dict, key: str) -> dict[str, list[dict]]:
+    """{mode: [{concurrency, <key>, <key>_ci95}, ...]} from the comparisons' per-mode level figures (the
+    baseline's once)."""
+    base = summary.get("baseline_mode")
+    out: dict = {}
+    for spec_mode, comp in (summary.get("comparisons") or {}).items():
+        for lv in comp.get("levels") or []:
+            for mode in (base, spec_mode):
+                fig_of = lv.get(mode) or {}
+                out.setdefault(mode, {})[lv["concurrency"]] = {
+                    "concurrency": lv["concurrency"], key: fig_of.get(key), f"{key}_ci95": fig_of.get(f"{key}_ci95")}
+    return {mode: [pts[c] for c in sorted(pts)] for mode, pts in out.items()}
+
+
+def _p99_plot(plt, summary: dict, levels: list):
+    """p99 TPOT and TTFT of every mode per level with their 95% intervals (distribution-free, by request), the
+    SLO targets as lines where compare_slo gives them; None when no level has either."""
+    targets = (summary.get("slo") or {}).get("targets") or {}
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.8))
+    drawn = False
+    for ax, key, label in ((axes[0], "tpot_p99_ms", "TPOT p99 (ms per output token)"),
+                           (axes[1], "ttft_p99_ms", "TTFT p99 (ms)")):
+        for mode, pts in _mode_points(summary, key).items():
+            xs, ys, lo, hi = _series_xy(pts, key)
+            if xs:
+                drawn = True
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, label=mode)
+        if targets.get(key):
+            ax.axhline(targets[key], color="tab:red", linestyle="--", linewidth=1.0,
+                       label=f"SLO {targets[key]:g} ms (compare_slo)")
+        ax.set_ylabel(label)
+    if not drawn:
+        plt.close(fig)
+        return None
+    axes[0].set_title("Time per output token, p99", fontsize=10)
+    axes[1].set_title("Time to first token, p99", fontsize=10)
+    for ax in axes:
+        _finish_axes(ax, levels)
+    fig.suptitle(f"p99 latency: {summary.get('host')} (95% intervals by request; lower is better)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _energy_plot(plt, summary: dict, levels: list):
+    """GPU energy per output token of every mode per level with its 95% interval; None without telemetry."""
+    key = "energy_j_per_output_token"
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    drawn = False
+    for mode, pts in _mode_points(summary, key).items():
+        xs, ys, lo, hi = _series_xy(pts, key)
+        if xs:
+            drawn = True
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", markersize=4, capsize=3, linewidth=1.4, label=mode)
+    if not drawn:
+        plt.close(fig)
+        return None
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_yscale("log")
+    plain = FuncFormatter(lambda value, _pos: f"{value:g}")
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
+    ax.set_ylabel("joules per output token (server's GPUs)")
+    emulated = bool(emulated_banner(summary.get("servers") or {}))
+    ax.set_title(f"GPU energy per output token: {summary.get('host')} (95% intervals; lower is better)"
+                 + (" - emulated GPUs" if emulated else ""), fontsize=10)
+    _finish_axes(ax, levels)
+    fig.tight_layout()
+    return fig
 
 
 def _latency_plot(plt, summary: dict, levels: list):
     """TTFT p50 and TPOT of every mode against concurrency (two axes), from the comparisons'
     levels; None when no level has either."""
-    base = summary.get("baseline_mode")
-    by_mode: dict = {}
-    for spec_mode, comp in (summary.get("comparisons") or {}).items():
-        for lv in comp.get("levels") or []:
-            for mode in (base, spec_mode):
-                fig_of = lv.get(mode) or {}
-                by_mode.setdefault(mode, {})[lv["concurrency"]] = (fig_of.get("ttft_ms_p50"), fig_of.get("tpot_ms"))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 3.8))
     drawn = False
-    for mode, points in by_mode.items():
-        for ax, i in ((ax1, 0), (ax2, 1)):
-            pts = sorted((c, v[i]) for c, v in points.items() if v[i] is not None and v[i] > 0)
+    for ax, key in ((ax1, "ttft_ms_p50"), (ax2, "tpot_ms")):
+        for mode, points in _mode_points(summary, key).items():
+            pts = [(p["concurrency"], p[key]) for p in points if p[key] is not None and p[key] > 0]
             if pts:
                 drawn = True
                 ax.plot([c for c, _v in pts], [v for _c, v in pts], marker="o", markersize=4, label=mode)

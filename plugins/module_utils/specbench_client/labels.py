@@ -82,6 +82,13 @@ def level_at_node_speed(level: dict, server: dict | None) -> dict:
             if name in level:
                 level[f"wall_clock_{name}"] = level[name]
                 level[name] = _convert(level[name], factor)
+    # Each request's latencies (goodput under compare_slo is counted from them) at node speed too; its tokens stay.
+    # No wall-clock copy of these rows (each latency times the time scale): they may be thousands.
+    records = level.get("request_latencies")
+    if isinstance(records, dict) and isinstance(records.get("rows"), list):
+        cols = [i for i, name in enumerate(records.get("columns") or []) if str(name).endswith("_ms")]
+        records["rows"] = [[_convert(v, 1.0 / scale) if i in cols else v for i, v in enumerate(row)]
+                           for row in records["rows"]]
     model = level.get("emulator_model")
     if isinstance(model, dict) and model.get("output_tok_per_s") is not None:
         model["wall_clock_output_tok_per_s"] = model["output_tok_per_s"]

@@ -297,7 +297,7 @@ def _merge(results: list[dict]) -> dict:
     out: dict = {"kinds": {}, "examples": {}}
     for key in ("ok", "failed", "cut", "whole_tokens", "short", "spec_ct", "spec_verify", "exact"):
         out[key] = sum(r[key] for r in results)
-    for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "in_tokens", "traces", "ends", "end_tokens",
+    for key in ("ttft", "e2e", "tpot", "decode", "out_tokens", "requests", "in_tokens", "traces", "ends", "end_tokens",
                 "end_verify", "end_category", "end_spec_tokens"):
         out[key] = [v for r in results for v in r[key]]
     itl = array("d")

@@ -338,6 +338,18 @@ def finished_tokens_check(raws: list[dict], settings: dict, tolerance: float) ->
             "agree": abs(server - client) <= tolerance * client + slack}
 
 
+REQUEST_COLUMNS = ["ttft_ms", "tpot_ms", "e2e_ms", "output_tokens"]
+
+
+def request_latencies(raws: list[dict]) -> dict | None:
+    """Each measured request's TTFT, TPOT (None for a one-token answer or no first token) and end-to-end
+    latency in ms, with its output tokens, one row a request: goodput under any latency targets is
+    counted from them after the run (specbench_compare.slo.goodput). None without requests."""
+    rows = [[None if v is None else round(v * 1000.0, 3) for v in r[:3]] + [int(r[3])]
+            for raw in raws for r in raw.get("requests") or []]
+    return {"columns": REQUEST_COLUMNS, "rows": rows} if rows else None
+
+
 def empty_level_fields() -> dict:
     return {"output_tok_per_s": None, "output_tok_per_s_ci95": None, "requests_ok": 0, "requests_failed": 0,
             "ttft_ms": None, "itl_ms": None, "tpot_ms": None, "e2e_ms": None, "accept_length": None}
@@ -401,6 +413,7 @@ def summarize(raws: list[dict], settings: dict, concurrency: int) -> dict:
     level["tpot_ms"] = summary([v for r in raws for v in r["tpot"]], 1000.0, ci=True)
     level["e2e_ms"] = summary([v for r in raws for v in r["e2e"]], 1000.0, ci=True)
     level["decode_tok_per_s_per_stream"] = summary([v for r in raws for v in r["decode"]], 1.0, ci=True)
+    level["request_latencies"] = request_latencies(raws)
     outs = [v for r in raws for v in r["out_tokens"]]
     ins = [v for r in raws for v in r["in_tokens"]]
     level["requests_measured"] = len(outs)

@@ -14,6 +14,10 @@ Readers (one sample format, one code path after the read):
   (the emulator's gpus.PowerModel writes each step's power there; the same fields, in the same
   units, as NVML gives).
 
+Only the server's GPUs are read and summed (pick_gpus: the GPUs NVML lists the server's processes on,
+else its CUDA_VISIBLE_DEVICES, else its TP ranks from its info; every GPU only when none of these
+answers); each window says which it read and how they were found (``gpus_read``).
+
 The window's energy per GPU comes from the energy counter where the GPU has one
 (``energy_source: counter``), else from the power samples integrated by the trapezoid rule
 (``integrated power``). The counter only grows, so the samples either side of each window edge
@@ -81,6 +85,7 @@ class EmulatedReader:
         finally:
             os.close(fd)
         self.indexes = list(indexes)
+        self.how = "the emulator's server info (the GPU of each of its TP ranks)"
         self.last: dict[int, tuple[float, float]] = {}
         count = len(self.map) // EMULATED_RECORD.size
         missing = [i for i in self.indexes if i >= count]
@@ -138,8 +143,37 @@ class NvmlReader:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as exc:
             raise TelemetryError(f"NVML cannot be read ({exc})") from exc
+        self.count = count
         self.indexes = list(indexes) if indexes else list(range(count))
         self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in self.indexes}
+        self.how = "as asked" if indexes else "every GPU of the node"
+        self.uuids: dict[int, str] = {}
+
+    def node_view(self) -> tuple[dict[str, int], dict[int, set[int]]]:
+        """Every GPU of the node's UUID ({uuid: index}) and the pids NVML lists on each ({index: pids})."""
+        uuids, holders = {}, {}
+        for index in range(self.count):
+            handle = self._get("nvmlDeviceGetHandleByIndex", index)
+            if handle is None:
+                continue
+            uuid = self._get("nvmlDeviceGetUUID", handle)
+            if uuid:
+                uuids[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = index
+            procs = []
+            for fn in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+                procs += self._get(fn, handle) or []
+            holders[index] = {int(p.pid) for p in procs if getattr(p, "pid", None) is not None}
+        return uuids, holders
+
+    def select(self, indexes: list[int], how: str, uuids: dict[str, int] | None = None) -> None:
+        """Read only GPUs ``indexes`` from now on; ``how``: how they were found (said in every window)."""
+        try:
+            self.handles = {i: self.nvml.nvmlDeviceGetHandleByIndex(i) for i in indexes}
+        except self.nvml.NVMLError as exc:
+            raise TelemetryError(f"NVML cannot open the server's GPUs {indexes} ({exc})") from exc
+        self.indexes = list(indexes)
+        self.how = how
+        self.uuids = {i: u for u, i in (uuids or {}).items() if i in self.indexes}
 
     def _get(self, fn, *args):
         try:
@@ -182,13 +216,65 @@ class NvmlReader:
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "[::1]")
 
 
-def open_reader(server: dict, base_url: str = ""):
+def is_local(host: str) -> bool:
+    """Whether ``host`` (a base URL's) is this machine."""
+    return host in LOCAL_HOSTS or host in (socket.gethostname(), socket.getfqdn())
+
+
+def _int(value, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def pick_gpus(count: int, hints: dict | None, info: dict | None, uuids: dict[str, int] | None = None,
+              holders: dict[int, set[int]] | None = None) -> tuple[list[int], str]:
+    """The server's GPUs among the node's ``count`` (NVML indexes), and how they were found, the first that
+    answers of:
+
+    1. the GPUs on which NVML lists a process of the server's tree (``hints["pids"]``: the process listening on
+       the server's port and its descendants, found on the node by bench_sweep);
+    2. the server process's CUDA_VISIBLE_DEVICES (``hints["visible"]``: indexes or GPU UUIDs), cut to the GPUs
+       its ranks use where its info gives them (SGLang: ``base_gpu_id`` and ``tp_size`` x ``dp_size``);
+    3. the ranks' GPUs from the info alone, ``base_gpu_id`` on (CUDA's order taken as NVML's);
+    4. every GPU of the node, said so.
+    """
+    hints, info = hints or {}, info if isinstance(info, dict) else {}
+    tree = {int(p) for p in hints.get("pids") or []}
+    if tree and holders:
+        held = sorted(i for i, pids in holders.items() if pids & tree)
+        if held:
+            return held, "the GPUs on which NVML lists a process of the server (the process on its port or a child)"
+    ranks = _int(info.get("tp_size"), 0) * max(1, _int(info.get("dp_size"), 1)) if info.get("tp_size") else 0
+    base = max(0, _int(info.get("base_gpu_id"), 0))
+    visible = [v.strip() for v in str(hints.get("visible") or "").split(",") if v.strip()]
+    if visible:
+        indexes = []
+        for item in visible:
+            if item.isdigit() and int(item) < count:
+                indexes.append(int(item))
+            elif uuids and any(u.startswith(item) for u in uuids):  # CUDA takes a UUID's unique prefix
+                indexes.append(next(i for u, i in uuids.items() if u.startswith(item)))
+            else:
+                break  # CUDA ignores what follows an invalid entry
+        if indexes:
+            used = indexes[base:base + ranks] if ranks and len(indexes) >= base + ranks else indexes
+            return used, ("the server's CUDA_VISIBLE_DEVICES=" + ",".join(visible)
+                          + (f" (its {ranks} rank(s) from GPU {base} of them)" if used != indexes else ""))
+    if ranks and base + ranks <= count:
+        return (list(range(base, base + ranks)),
+                f"the server's tp_size x dp_size = {ranks} from GPU {base} (its info; CUDA's order taken as NVML's)")
+    return list(range(count)), "every GPU of the node (the server's own could not be found: its GPUs are unknown)"
+
+
+def open_reader(server: dict, base_url: str = "", nvml=None):
     """The reader for ``server``'s GPUs: the emulator's own where it names its device folder, else
-    NVML for every GPU of the node, when the server listens on this machine. (None, why) when none
-    can be read."""
+    NVML for the server's GPUs (pick_gpus), when the server listens on this machine. (None, why) when
+    none can be read. ``nvml``: the pynvml module (imported when None)."""
     emu = (server.get("server_info") or {}).get("emulator") if isinstance(server.get("server_info"), dict) else None
     host = urllib.parse.urlsplit(base_url).hostname or "" if base_url else ""
-    if host and host not in LOCAL_HOSTS and host not in (socket.gethostname(), socket.getfqdn()):
+    if host and not is_local(host):
         return None, (f"the server ({host}) is not on the machine the client runs on: its GPUs cannot be read "
                       "from here (run the client on the server's node)")
     try:
@@ -196,7 +282,11 @@ def open_reader(server: dict, base_url: str = ""):
             if not emu.get("device_dir") or not emu.get("gpus"):
                 return None, "the emulator runs without --emulator-device-dir: it has no GPUs to read"
             return EmulatedReader(emu["device_dir"], [int(i) for i in emu["gpus"]]), None
-        return NvmlReader(), None
+        reader = NvmlReader(nvml=nvml)
+        uuids, holders = reader.node_view()
+        reader.select(*pick_gpus(reader.count, server.get("gpu_hints"), server.get("server_info"), uuids, holders),
+                      uuids)
+        return reader, None
     except TelemetryError as exc:
         return None, str(exc)
 
@@ -235,7 +325,12 @@ class TelemetrySampler(threading.Thread):
             self.sample()
 
     def over_window(self, ws: float, we: float) -> dict | None:
-        return window_telemetry(self.samples, ws, we, self.interval, self.reader.source, self.error)
+        out = window_telemetry(self.samples, ws, we, self.interval, self.reader.source, self.error)
+        if out is not None:  # which GPUs were read, and how they were found to be the server's
+            out["gpus_read"] = {"indexes": list(self.reader.indexes), "how": self.reader.how}
+            if getattr(self.reader, "uuids", None):
+                out["gpus_read"]["uuids"] = [self.reader.uuids.get(i) for i in self.reader.indexes]
+        return out
 
 
 def _at(series: list[tuple[float, float]], t: float) -> tuple[float, float, float] | None:

@@ -149,6 +149,9 @@ class Worker(ResponseReader):
         self.decode: list[float] = []
         self.itl = array("d")
         self.out_tokens: list[int] = []
+        # (ttft s or None, tpot s or None, e2e s, output tokens) of each measured request, in step:
+        # what goodput under latency targets counts (specbench_compare.slo.goodput)
+        self.requests: list[tuple] = []
         self.in_tokens: list[int] = []
         self.short = 0
         self.spec_ct = 0
@@ -608,11 +611,14 @@ class Worker(ResponseReader):
         e2e = end - req.t_send
         self.e2e.append(e2e)
         if req.first is None:
+            self.requests.append((None, None, e2e, n))
             return
         ttft = req.first - req.t_send
         self.ttft.append(ttft)
-        if n > 1:
-            self.tpot.append((e2e - ttft) / (n - 1))
+        tpot = (e2e - ttft) / (n - 1) if n > 1 else None
+        self.requests.append((ttft, tpot, e2e, n))
+        if tpot is not None:
+            self.tpot.append(tpot)
         span = ts[-1] - ts[0]
         if len(ts) > 1 and span > 0:
             self.decode.append((n - ks[0]) / span)
@@ -675,7 +681,7 @@ class Worker(ResponseReader):
             "end_spec_tokens": self.end_spec_tokens, "categories": self.factory.categories, "exact": self.exact,
             "ttft": self.ttft, "e2e": self.e2e,
             "tpot": self.tpot, "decode": self.decode, "itl": self.itl, "out_tokens": self.out_tokens,
-            "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
+            "requests": self.requests, "in_tokens": self.in_tokens, "short": self.short, "spec_ct": self.spec_ct,
             "spec_verify": self.spec_verify, "stop_reason": self.stop_reason, "full_end": self.full_end,
             "cpu": cpu, "lag": lag, "streams": len(self.streams), "traces": self.traces, "edge_tokens": self.edge_tokens,
             "wall_open": self.wall_open, "wall_close": self.wall_close,

@@ -139,6 +139,12 @@ def pool_level(levels: list[dict]) -> dict:
                       for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
             out[key] = merged
     pool_energy(out, [lv for lv, unused_x, unused_ci in usable])
+    # Every launch's requests, for goodput under latency targets counted after the run (slo.goodput): the
+    # share of tokens meeting them over all the launches' requests, times the pooled throughput.
+    records = [lv.get("request_latencies") for lv, unused_x, unused_ci in usable]
+    out["request_latencies"] = ({"columns": records[0]["columns"], "rows": [r for rec in records for r in rec["rows"]]}
+                                if records and all(isinstance(rec, dict) and rec.get("rows") for rec in records)
+                                else None)
     accepts = [_num(lv.get("accept_length")) for lv, unused_x, unused_ci in usable]
     accepts = [a for a in accepts if a is not None]
     out["accept_length"] = round(math.fsum(accepts) / len(accepts), 4) if accepts else None

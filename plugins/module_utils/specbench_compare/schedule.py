@@ -15,7 +15,9 @@ The rule is the one speculation rule SGLang's table and the recommendation follo
 the last clearly paying level after it with no other level between; 0 everywhere else: at levels
 that lose, are unclear, not measured, failed or saturated (no evidence), from the batch size after
 the last paying level of a stretch, below the lowest level measured when it is above 1, and above
-the highest level measured. Where no level pays, no schedule: the baseline is served.
+the highest level measured. Where no level pays, no schedule: the baseline is served. Under
+``compare_slo`` the levels' verdicts are their serve verdicts (slo.SLO_SERVE_RULE): on where only
+speculation meets the SLO, off where speculating misses it and the baseline does not surely.
 """
 
 from __future__ import annotations
@@ -86,7 +88,11 @@ def _max_batch(summary: dict) -> int | None:
 
 
 def _paying(comp: dict) -> list[float]:
-    return [r["speedup"] for r in comp.get("levels") or [] if r.get("verdict") == PAYS and r.get("speedup")]
+    """The speedups where the mode speculates: clearly paying levels, or under compare_slo the serve levels that
+    are on (slo.serve_levels)."""
+    serve = {r["concurrency"]: r["verdict"] for r in comp.get("serve_levels") or []}
+    return [r["speedup"] for r in comp.get("levels") or []
+            if serve.get(r["concurrency"], r.get("verdict")) == PAYS and r.get("speedup")]
 
 
 def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dict:
@@ -127,7 +133,8 @@ def serve_plan(summary: dict, engine: str, serve_mode: str | None = None) -> dic
         if k is None or max_batch is None:
             raise ValueError(f"the run's summary does not say {serve_mode}'s num_speculative_tokens or the servers' "
                              "max_num_seqs: re-render it with this version (ansible-playbook playbooks/report.yml)")
-        schedule = vllm_schedule(comps[serve_mode]["levels"], k, max_batch)
+        # under compare_slo the levels' serve verdicts (slo.serve_levels), else their throughput verdicts
+        schedule = vllm_schedule(comps[serve_mode].get("serve_levels") or comps[serve_mode]["levels"], k, max_batch)
         if schedule is None:
             return _plan(base, engine, None, None, f"the baseline: {serve_mode} clearly pays at no level measured")
         plan = _plan(serve_mode, engine, schedule, None,

@@ -28,7 +28,7 @@ from .recommend import recommendation
 from .schedule import SCHEDULE_RULE, serve_plan, served_series
 from .sequential import merge_looks
 from .serve_guard import adaptive_refusal
-from .slo import slo_summary, slo_text
+from .slo import slo_serve, slo_summary, slo_text, slo_verdict
 from .traffic import TRAFFIC_METHOD, traffic_gain, traffic_gains
 from .verdict import (
     FAILED,
@@ -453,6 +453,7 @@ def summarize_host(
         if m in results
     }
     summary["bench_settings"] = {m: results[m].get("settings") for m in modes if m in results}
+    _slo_decision(summary, results, modes, slo, alpha)
     summary["serve_schedule"] = None
     engine = "vllm" if any(info.get("engine") == "vllm" for info in summary["servers"].values()) else "sglang"
     if engine == "vllm":
@@ -478,11 +479,35 @@ def summarize_host(
             gain["basis"] = "expected from the run's levels, not measured: serve.yml's proof measures it"
             gain["text"] = f"expected, not measured: {gain['text']}"
             summary["traffic"]["gains"][name] = gain
-    present = [m for m in modes if m in results]
-    summary["slo"] = slo_summary(results, present, slo or {}, alpha)
-    if summary["slo"]:
-        summary["slo"]["text"] = slo_text(summary["slo"], baseline)
     return summary
+
+
+def _slo_decision(summary: dict, results: dict, modes: list[str], slo: dict | None, alpha: float) -> None:
+    """Each mode's capacity and goodput under the SLO (summary ``slo``) and, with SLOs, what to serve built from
+    the SLO decision (slo.SLO_SERVE_RULE): each comparison's ``serve_levels`` (vLLM's schedule reads them) and
+    the primary one's speculate_ranges and SGLang adaptive table, unless no adaptive table can serve the mode."""
+    baseline = summary["baseline_mode"]
+    summary["slo"] = slo_summary(results, [m for m in modes if m in results], slo or {}, alpha)
+    if not summary["slo"]:
+        return
+    summary["slo"]["verdict"] = slo_verdict(summary["slo"], baseline)
+    summary["slo"]["text"] = slo_text(summary["slo"], baseline)
+    summary["slo"]["serve"] = {}
+    for mode, comp in (summary.get("comparisons") or {}).items():
+        if mode not in results or baseline not in results:
+            continue
+        serve = slo_serve(summary["slo"], comp, baseline, mode, draft_steps(results.get(mode)))
+        comp["serve_levels"] = serve["levels"]
+        summary["slo"]["serve"][mode] = {k: serve[k] for k in ("speculate_ranges", "text", "levels", "rule")}
+        if mode == summary.get("spec_mode") and summary.get("adaptive_refused"):
+            summary["recommendation"] = (f"{summary['recommendation']} {serve['text']}; no adaptive table serves "
+                                         f"{mode} as measured, so the SLO does not change the static choice.")
+        elif mode == summary.get("spec_mode"):
+            ranges = serve["speculate_ranges"]
+            summary["speculate_ranges"] = ranges
+            summary["speculate_below"] = ranges[0][1] if len(ranges) == 1 and ranges[0][0] <= 1 else None
+            summary["adaptive_table"], summary["adaptive_config"] = serve["adaptive_table"], serve["adaptive_config"]
+            summary["recommendation"] = f"{summary['recommendation']} {serve['text']}."
 
 
 def serve_schedule(summary: dict) -> dict:

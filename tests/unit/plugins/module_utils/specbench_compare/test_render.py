@@ -58,7 +58,7 @@ def test_an_incomplete_report_says_so_at_the_top():
 def test_plots_are_pngs_for_throughput_per_stream_and_speedup(tmp_path):
     summary = kimi_summary()
     written = rep.render_plots(summary, str(tmp_path), dpi=60)
-    assert written == rep.PLOTS
+    assert written == {k: v for k, v in rep.PLOTS.items() if k != "energy"}  # no telemetry in these results
     for name in written.values():
         data = (tmp_path / name).read_bytes()
         assert data.startswith(PNG) and len(data) > 5000
@@ -69,7 +69,34 @@ def test_plots_cope_with_a_mode_that_has_no_throughput(tmp_path):
     spec = result("eagle3", [level(1, None, error="every request failed")])
     summary = cmp.summarize_host({"baseline": base, "eagle3": spec}, "node-a", "run-1")
     # The baseline's latencies still draw the latency plot; the speculative mode adds no point to any.
-    assert set(rep.render_plots(summary, str(tmp_path), dpi=50)) == {"throughput", "per_stream", "speedup", "latency"}
+    assert set(rep.render_plots(summary, str(tmp_path), dpi=50)) == {"throughput", "per_stream", "speedup", "latency",
+                                                                      "latency_p99"}
+
+
+def test_p99_latency_and_energy_plots_with_intervals_and_the_slo(tmp_path):
+    """Levels with p99 intervals and energy per token: both plots drawn, inlined in report.html by the same
+    path as the others, named in report.md."""
+    levels = {}
+    for mode, joules in (("baseline", 0.30), ("eagle3", 0.24)):
+        rows = []
+        for c in (1, 8, 64):
+            lv = level(c, 100.0 * c * (1.2 if mode == "eagle3" else 1.0))
+            lv["tpot_ms"].update(p99=20.0 + c, p99_ci95=[19.0 + c, 22.0 + c])
+            lv["ttft_ms"].update(p99=100.0 + c, p99_ci95=[95.0 + c, 110.0 + c])
+            lv.update(energy_j_per_output_token=joules / c ** 0.5, energy_confounders=[])
+            rows.append(lv)
+        levels[mode] = result(mode, rows)
+    summary = cmp.summarize_host(levels, "node-a", "run-1", slo={"tpot_p99_ms": 50.0})
+    row = summary["comparisons"]["eagle3"]["levels"][0]["eagle3"]
+    assert row["energy_j_per_output_token_ci95"] and row["tpot_p99_ms_ci95"]
+    written = rep.render_plots(summary, str(tmp_path), dpi=50)
+    assert {"latency_p99", "energy"} <= set(written)
+    for kind in ("latency_p99", "energy"):
+        assert (tmp_path / rep.PLOTS[kind]).read_bytes().startswith(PNG)
+    text = rep.render_markdown(summary, written)
+    assert "![p99 latency (TPOT and TTFT) with intervals](latency-p99.png)" in text
+    assert "![GPU energy per output token](energy.png)" in text
+    assert "## Latency SLO and goodput, per level" in text
 
 
 def test_fleet_index_lists_every_host_and_those_that_produced_nothing():
