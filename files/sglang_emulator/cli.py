@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--speculative-num-steps", type=int)
     a("--speculative-eagle-topk", type=int)
     a("--speculative-num-draft-tokens", type=int)
+    a("--speculative-ngram-max-bfs-breadth", type=int, default=10)
     a("--speculative-adaptive", action="store_true")
     a("--speculative-adaptive-config")
     a("--enable-multi-layer-eagle", action="store_true")
@@ -219,7 +220,15 @@ def resolve(args: argparse.Namespace) -> dict:
                           by_category)
         # /server_info reports resolved values, as SGLang's does.
         args.speculative_algorithm = algo
+        given_steps = args.speculative_num_steps
         args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens = steps, topk, draft
+        if algo == "NGRAM":
+            # SGLang resolves NGRAM's top-k to the BFS breadth and its steps to draft tokens // top-k
+            # (sglang/srt/arg_groups/speculative_hook.py, _handle_ngram; 0.5.18 and 0.5.23 alike), and
+            # reports those; the emulator's acceptance model keeps its chain of draft - 1 steps.
+            breadth = max(1, args.speculative_ngram_max_bfs_breadth)
+            args.speculative_eagle_topk = breadth
+            args.speculative_num_steps = given_steps if given_steps is not None else draft // breadth
         if args.max_running_requests is None:
             args.max_running_requests = 48
             warnings.append("Max running requests is reset to 48 for speculative decoding.")

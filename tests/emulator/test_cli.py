@@ -83,6 +83,15 @@ def test_ngram_takes_draft_tokens_alone():
     assert cfg["spec"].num_draft_tokens == 8 and cfg["spec"].num_steps == 7
     _unused1, cfg = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM")
     assert cfg["spec"].num_draft_tokens == 12
+    # /server_info reports what SGLang resolves (speculative_hook.py, _handle_ngram): top-k the BFS
+    # breadth (10 by default), steps draft tokens // top-k; the acceptance model keeps its chain
+    assert (args.speculative_eagle_topk, args.speculative_num_steps) == (10, 0)
+    args, cfg = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM")
+    assert (args.speculative_eagle_topk, args.speculative_num_steps, args.speculative_num_draft_tokens) == (10, 1, 12)
+    assert cfg["spec"].num_steps == 11
+    args, _unused2 = resolved("--tp-size", "8", "--speculative-algorithm", "NGRAM", "--speculative-ngram-max-bfs-breadth",
+                              "4", "--speculative-num-draft-tokens", "8")
+    assert (args.speculative_eagle_topk, args.speculative_num_steps) == (4, 2)
 
 
 def test_resolved_values_are_reported():
