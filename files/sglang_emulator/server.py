@@ -2,8 +2,10 @@
 
 Order, as SGLang: bind the HTTP port (health answers 503 while loading), start one worker
 per tp rank (``sglang::scheduler_TP<r>``) that opens its GPU's nodes and "loads weights",
-then warm up with one generation and log "The server is fired up and ready to roll!".
-SIGTERM or SIGINT: health turns 503, workers get SIGTERM, the server waits up to one
+and the ``sglang::detokenizer`` process beside them, which holds no GPU (SGLang's
+``_launch_subprocesses`` in srt/entrypoints/engine.py starts the schedulers, then the
+detokenizer, and keeps the tokenizer manager in the server process), then warm up with one generation and log "The server is fired up and ready to roll!".
+SIGTERM or SIGINT: health turns 503, workers (and the detokenizer) get SIGTERM, the server waits up to one
 second for them and exits; workers that ignore SIGTERM are left behind holding their GPU,
 as real stubborn workers are.
 """
@@ -31,12 +33,13 @@ class State:
         self.started = time.time()
         self.stop = asyncio.Event()
         self.workers: list[asyncio.subprocess.Process] = []
+        self.detokenizer: asyncio.subprocess.Process | None = None
         self.held: list[int] = []
 
     def crash(self, reason: str) -> None:
         LOG.error("Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: %s", reason, extra=TP0)
         LOG.error("Received sigquit from a child process. It usually means the child failed.")
-        for proc in self.workers:
+        for proc in self.workers + ([self.detokenizer] if self.detokenizer else []):
             try:
                 os.kill(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -80,6 +83,12 @@ async def start_workers(cfg: dict, state: State) -> None:
             env=env,
         )
         state.workers.append(proc)
+    # The detokenizer: no GPU, no load time; like the schedulers it outlives a SIGKILLed server.
+    dcfg = {"name": "sglang::detokenizer", "gpu": None, "device_dir": device_dir, "faults": [], "leave_group": False,
+            "load_seconds": 0, "memory_mib": 0}
+    state.detokenizer = await asyncio.create_subprocess_exec(
+        "sglang::detokenizer", "-m", "sglang_emulator.worker", json.dumps(dcfg), executable=sys.executable,
+        stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL, env=env)
     LOG.info("Load weight begin. avail mem=%.2f GB", cfg["profile"]["gpu_memory_total_mib"] / 1024, extra=TP0)
 
 
@@ -90,18 +99,21 @@ async def wait_workers_ready(state: State) -> str | None:
         if line.strip() != b"READY":
             code = await proc.wait()
             return f"scheduler_TP{rank} exited with code {code} while loading"
+    if state.detokenizer is not None and (await state.detokenizer.stdout.readline()).strip() != b"READY":
+        return f"detokenizer exited with code {await state.detokenizer.wait()} while starting"
     return None
 
 
 async def stop_workers(state: State, grace: float = 1.0) -> None:
-    for proc in state.workers:
+    procs = state.workers + ([state.detokenizer] if state.detokenizer else [])
+    for proc in procs:
         if proc.returncode is None:
             try:
                 proc.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace
-    for proc in state.workers:
+    for proc in procs:
         try:
             await asyncio.wait_for(proc.wait(), max(0.0, deadline - time.monotonic()))
         except TimeoutError:

@@ -1,4 +1,5 @@
-"""A tensor-parallel worker: what SGLang's ``sglang::scheduler_TP<r>`` is to the driver.
+"""A tensor-parallel worker: what SGLang's ``sglang::scheduler_TP<r>`` is to the driver (and,
+with no GPU, the ``sglang::detokenizer`` beside them: the same life, no device).
 
 Started by the server with its command line reading ``sglang::scheduler_TP<r> ...``. It
 opens /dev/nvidiactl, /dev/nvidia-uvm and its GPU's node from the emulated device folder,
@@ -53,11 +54,11 @@ def main(argv: list[str]) -> int:
 
     held = []
     device_dir = cfg["device_dir"]
-    if device_dir:  # no device folder: no emulated GPUs, only the process tree
+    if device_dir and cfg["gpu"] is not None:  # no device folder or no GPU: only the process tree
         for node in ("nvidiactl", "nvidia-uvm", f"nvidia{cfg['gpu']}"):
             held.append(os.open(os.path.join(device_dir, node), os.O_RDWR))
     time.sleep(cfg["load_seconds"])
-    if device_dir:
+    if device_dir and cfg["gpu"] is not None:
         record_path = gpus.write_record(device_dir, name, {cfg["gpu"]: cfg["memory_mib"]})
     try:
         sys.stdout.write("READY\n")
