@@ -100,43 +100,36 @@ def pool_level(levels: list[dict]) -> dict:
         return out
     k = len(usable)
     xs = [x for unused, x, unused_ci in usable]
-    mean = math.fsum(xs) / k
-    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
-    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for unused, unused_x, ci in usable if ci]
-    within_mean = math.fsum(within) / len(within) if within else 0.0
-    # Each launch mean is the truth plus a launch effect plus its window's noise: the launch means'
-    # sample variance estimates the whole of a launch mean's variance, on k - 1 degrees of freedom,
-    # whatever the launches' disagreement, so +-t(k - 1) sqrt(s_between^2 / k) holds exactly for
-    # launches that are independent draws (normal launch means, equal windows). They are not: each
-    # launch replays the same requests (the same prompts; greedy decoding gives the same outputs and
-    # acceptance on a real engine, the emulator's seed the same draws), so what a window's requests
-    # and the phase of its batch's swings add is shared, the launches agree on it, and their spread
-    # misses it. Seen: three MoE launches at C=4 read 368.5, 368.5 and 368.75 tok/s, each +-0.75% on
-    # its own. So the interval is never narrower than one launch's own (+-z sqrt(mean within se^2),
-    # the root mean square of their half-widths): pooling averages out only what differs between
-    # launches. Dividing this floor by k, as before, covered 74% of the truth when the launches shared
-    # their windows' noise (tests/unit/plugins/module_utils/specbench_compare/test_coverage.py). A
-    # data-driven df (Welch-Satterthwaite on between + within) gave t near 2 whenever two launches
-    # happened to agree, and covered 88% when launches differed by 3x their own noise.
-    quantile = t975(k - 1) if k > 1 else Z975
-    half = max(quantile * math.sqrt(between / k), Z975 * math.sqrt(within_mean))
+    mean, half, quantile, terms = _pooled(xs, [ci for unused, unused_x, ci in usable])
     out["output_tok_per_s"] = round(mean, 3)
     out["output_tok_per_s_ci95"] = [round(max(0.0, mean - half), 3), round(mean + half, 3)] if half > 0 else None
     out["ci_method"] = POOLED_METHOD.format(k=k, t=quantile)
     # The two terms the half-width is the larger of, as log half-widths with their degrees of freedom: the
     # family-wise interval scales each by its own quantile (intervals.family_ci).
-    out["ci_terms"] = [[round(quantile * math.sqrt(between / k) / mean, 6), k - 1 if k > 1 else None],
-                       [round(Z975 * math.sqrt(within_mean) / mean, 6), None]] if mean > 0 else None
+    out["ci_terms"] = [[round(terms[0] / mean, 6), k - 1 if k > 1 else None],
+                       [round(terms[1] / mean, 6), None]] if mean > 0 else None
     out["launch_tok_per_s"] = [round(x, 3) for x in xs]
     out["launch_ci95"] = [[round(ci[0], 3), round(ci[1], 3)] if ci else None for unused, unused_x, ci in usable]
     out["error"] = next((lv.get("error") for lv, unused_x, unused_ci in usable if lv.get("error")), None)
-    # Latency and per-stream figures: the launches' means averaged; their intervals dropped (the
-    # comparison borrows the throughput's relative width for them).
+    # Latency and per-stream figures: each statistic the launches' mean, its interval pooled as the
+    # throughput's (where every launch has one): the SLO checks read p90/p99 intervals of pooled levels.
     for key in ("tpot_ms", "decode_tok_per_s_per_stream", "ttft_ms", "e2e_ms"):
         stats = [lv.get(key) for lv, unused_x, unused_ci in usable if isinstance(lv.get(key), dict)]
         if stats:
-            merged = {f: round(math.fsum(s[f] for s in stats if _num(s.get(f)) is not None) / len(stats), 3)
-                      for f in ("mean", "p50", "p90", "p99") if all(_num(s.get(f)) is not None for s in stats)}
+            merged = {}
+            for field in ("mean", "p50", "p90", "p99"):
+                values = [_num(st.get(field)) for st in stats]
+                if any(v is None for v in values):
+                    continue
+                cis = [_interval(st.get(f"{field}_ci95")) for st in stats]
+                centre, width, unused_q, terms = _pooled(values, cis)
+                merged[field] = round(centre, 3)
+                if len(stats) == 1:
+                    merged[f"{field}_ci95"] = stats[0].get(f"{field}_ci95")
+                elif all(cis) and width > 0 and centre > 0:
+                    merged[f"{field}_ci95"] = [round(max(0.0, centre - width), 3), round(centre + width, 3)]
+                    merged[f"{field}_ci_terms"] = [[round(terms[0] / centre, 6), len(stats) - 1],
+                                                   [round(terms[1] / centre, 6), None]]
             out[key] = merged
     pool_energy(out, [lv for lv, unused_x, unused_ci in usable])
     # Every launch's requests, for goodput under latency targets counted after the run (slo.goodput): the
@@ -156,6 +149,34 @@ def pool_level(levels: list[dict]) -> dict:
     out["client"] = next((lv.get("client") for lv, unused_x, unused_ci in usable if level_saturation(lv)),
                          usable[-1][0].get("client"))
     return out
+
+
+def _pooled(xs: list[float], cis: list) -> tuple[float, float, float, tuple[float, float]]:
+    """Launch means pooled: (mean, half-width, t quantile, (between term, within term)).
+
+    Each launch mean is the truth plus a launch effect plus its window's noise: the launch means'
+    sample variance estimates the whole of a launch mean's variance, on k - 1 degrees of freedom,
+    whatever the launches' disagreement, so +-t(k - 1) sqrt(s_between^2 / k) holds exactly for
+    launches that are independent draws (normal launch means, equal windows). They are not: each
+    launch replays the same requests (the same prompts; greedy decoding gives the same outputs and
+    acceptance on a real engine, the emulator's seed the same draws), so what a window's requests
+    and the phase of its batch's swings add is shared, the launches agree on it, and their spread
+    misses it. Seen: three MoE launches at C=4 read 368.5, 368.5 and 368.75 tok/s, each +-0.75% on
+    its own. So the interval is never narrower than one launch's own (+-z sqrt(mean within se^2),
+    the root mean square of their half-widths): pooling averages out only what differs between
+    launches. Dividing this floor by k, as before, covered 74% of the truth when the launches shared
+    their windows' noise (tests/unit/plugins/module_utils/specbench_compare/test_coverage.py). A
+    data-driven df (Welch-Satterthwaite on between + within) gave t near 2 whenever two launches
+    happened to agree, and covered 88% when launches differed by 3x their own noise.
+    """
+    k = len(xs)
+    mean = math.fsum(xs) / k
+    between = math.fsum((x - mean) ** 2 for x in xs) / (k - 1) if k > 1 else 0.0
+    within = [((ci[1] - ci[0]) / (2 * Z975)) ** 2 for ci in cis if ci]
+    within_mean = math.fsum(within) / len(within) if within else 0.0
+    quantile = t975(k - 1) if k > 1 else Z975
+    terms = (quantile * math.sqrt(between / k), Z975 * math.sqrt(within_mean))
+    return mean, max(terms), quantile, terms
 
 
 def run_seconds(result: dict) -> float | None:

@@ -104,7 +104,7 @@ def slo_summary(results: dict[str, dict], modes: list[str], targets: dict, alpha
     for mode in modes:
         rows = []
         for level in _levels(results.get(mode)):
-            rows.append(_level_row(level, targets, z))
+            rows.append(_level_row(level, targets, z, alpha / m))
         out["modes"][mode] = {"levels": rows, **capacity(rows)}
     out["goodput_method"] = GOODPUT_METHOD
     return out
@@ -154,7 +154,7 @@ def goodput(level: dict, targets: dict) -> dict:
     return out
 
 
-def _level_row(level: dict, targets: dict, z: float) -> dict:
+def _level_row(level: dict, targets: dict, z: float, alpha_family: float | None = None) -> dict:
     row: dict = {"concurrency": level["concurrency"], "checks": {}}
     if level_failure(level):
         row["status"] = FAILED
@@ -168,7 +168,11 @@ def _level_row(level: dict, targets: dict, z: float) -> dict:
         metric, pct = TARGET.match(name).groups()
         stats = level.get(f"{metric}_ms") if isinstance(level.get(f"{metric}_ms"), dict) else {}
         value = _num(stats.get(pct))
-        ci = family_ci(value, _interval(stats.get(f"{pct}_ci95")), z) if value else None
+        # a level pooled from launches: its launches' spread on k - 1 degrees of freedom is scaled by t's
+        # quantile, its windows' own by the normal's (pooling.pool_level, intervals.family_ci)
+        terms = stats.get(f"{pct}_ci_terms")
+        ci = family_ci(value, _interval(stats.get(f"{pct}_ci95")), z, parts=[terms] if terms else None,
+                       alpha_family=alpha_family) if value else None
         status = UNCLEAR if ci is None else MEETS if ci[1] <= limit else MISSES if ci[0] > limit else UNCLEAR
         row["checks"][name] = {"value": value, "ci_family": _rnd_pair(ci, 3), "status": status}
         statuses.append(status)

@@ -138,3 +138,23 @@ def test_the_slo_turns_speculation_off_where_it_misses_and_the_baseline_meets():
     assert cmp.vllm_schedule(serve, 3, 100) == [[1, 8, 3], [9, 63, 0], [64, 64, 3], [65, 100, 0]]
     assert "the SLO decided C=16: off, 32: off" in got["recommendation"]
     assert got["slo"]["verdict"]["baseline_better"] == ["eagle3"]
+
+
+def test_a_level_pooled_from_launches_keeps_its_latency_intervals_and_reads_the_launch_spread():
+    """Two launches of one level: the pooled p99 keeps an interval (the larger of the launches' spread on
+    1 degree of freedom and their own), so the SLO check can read it; agreeing launches meet a target well
+    above them, launches far apart stay unclear (t on 1 degree of freedom at the family's rate)."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.pooling import pool_level
+
+    agree = pool_level([lat(level(8, 800.0), 40.0, 0.02), lat(level(8, 810.0), 40.4, 0.02)])
+    stats = agree["tpot_ms"]
+    assert stats["p99"] == pytest.approx(40.2) and stats["p99_ci95"][0] < 40.0 < 40.4 < stats["p99_ci95"][1]
+    assert stats["p99_ci_terms"][1][1] is None and stats["p99_ci_terms"][0][1] == 1
+    apart = pool_level([lat(level(8, 800.0), 30.0, 0.02), lat(level(8, 810.0), 46.0, 0.02)])
+    base = result("baseline", [agree])
+    got = cmp.summarize_host({"baseline": base}, "n1", "r1", slo={"tpot_p99_ms": 50.0})["slo"]
+    assert got["modes"]["baseline"]["levels"][0]["status"] == "meets"
+    got = cmp.summarize_host({"baseline": result("baseline", [apart])}, "n1", "r1", slo={"tpot_p99_ms": 50.0})["slo"]
+    row = got["modes"]["baseline"]["levels"][0]
+    # mean 38 < 50, but two launches 16 ms apart on 1 degree of freedom cannot say so at the family's rate
+    assert row["status"] == "unclear" and row["checks"]["tpot_p99_ms"]["ci_family"][1] > 50
