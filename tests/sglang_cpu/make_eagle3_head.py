@@ -291,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seqs", type=int, default=512)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--draft-vocab", type=int, default=1024)
+    parser.add_argument("--held-out", type=int, default=0, help="evaluate on the first N built-in prompts (0: all)")
     parser.add_argument("--seed", type=int, default=36)
     args = parser.parse_args(argv)
     out = args.out or os.path.join(args.models, "tiny-eagle3")
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     # training data: corpus windows; evaluation: the benchmark's own prompts (held out)
     train_bodies = corpus_windows(tok, args.seqs, args.seed)
     held = []
-    for text in builtin_prompts():
+    for text in builtin_prompts()[:args.held_out or None]:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         if len(ids) >= PROMPT_TOKENS:
             held.append(ids[:PROMPT_TOKENS])
