@@ -675,7 +675,7 @@ def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: floa
         server = {"pid": pid, "starttime": pid}
         earlier = next((lo for lo in kept if lo["server"]["pid"] == pid), None)
         cmp.check_unmoved(rows, earlier, cmp.look_alpha(k))
-        kept.append(cmp.look_record(rows, k, f"look{k}", server, earlier is not None))
+        kept.append(cmp.look_record(rows, k, f"look{k}", server, earlier is not None, floor))
         out.append(cmp.apply_looks(rows, kept, 0.1, plan))
     return out
 

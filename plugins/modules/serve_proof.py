@@ -267,7 +267,7 @@ def main():
     earlier = cmp.same_server_look(sequence, server)
     in_place = earlier is not None
     cmp.check_unmoved(rows, earlier, cmp.look_alpha(look))
-    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place)]
+    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place, floor)]
     cmp.apply_looks(rows, sequence["looks"], p["margin"], p["plan"])
     store["sequences"][key] = sequence
     if not module.check_mode:

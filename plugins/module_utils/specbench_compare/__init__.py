@@ -50,6 +50,7 @@ from .launch_noise import floor_text as launch_floor_text
 from .launch_noise import node_floor as launch_node_floor
 from .launch_noise import read_parts as launch_read_parts
 from .launch_noise import widen as launch_widen
+from .launch_noise import launch_terms as launch_noise_terms
 from .launch_noise import widen_proof as launch_widen_proof
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import (
@@ -163,7 +164,7 @@ __all__ = [
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "LAUNCH_METHOD", "launch_estimate", "launch_floor_file", "launch_floor_from", "launch_node_floor", "relaunch_levels",
-    "launch_read_parts", "launch_widen", "launch_widen_proof", "family_ci", "FAMILY_METHOD",
+    "launch_read_parts", "launch_widen", "launch_widen_proof", "launch_noise_terms", "family_ci", "FAMILY_METHOD",
     "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",

@@ -16,10 +16,14 @@ ratio (launch_noise.widen_proof). This module only says what to hold against wha
 
 from __future__ import annotations
 
-from .common import BASELINE, _rnd_pair
-from .intervals import family_ci
+import math
+
+from .common import BASELINE, _interval, _num, _rnd_pair
+from .intervals import family_ci, log_half_width
+from .launch_noise import launch_terms
 from .schedule import _on_at
-from .verdict import FAMILY_ALPHA, family_z
+from .sequential import open_look_alpha
+from .verdict import FAMILY_ALPHA, Z975, family_z
 
 WORSE, BETTER, MATCHES, UNCLEAR = "worse", "better", "matches", "unclear"
 
@@ -77,30 +81,41 @@ def family_proof_verdicts(rows: list[dict], margin: float, alpha: float = FAMILY
 def combine_looks(looks: list[dict], margin: float) -> dict[int, dict]:
     """The combined verdict of every look of one configuration on one node, level by level.
 
-    ``looks``: in order, each ``{"look": k, "levels": [{"concurrency", "ratio_ci_family", ...}]}`` whose
-    simultaneous intervals were taken at look k's share of the error rate (sequential.open_look_alpha: the shares
-    sum to FAMILY_ALPHA however many looks there are). With probability at least 1 - FAMILY_ALPHA every interval
-    of every look holds the truth at once (Bonferroni, whatever the looks' correlation: a re-proof in place shares
-    the served launch, every look shares the run's reference), so their intersection does too: the combined
-    interval at a level is the intersection of its looks' intervals, and its verdict is read from that
-    (``read_interval``). A look can only narrow it: a level once clearly slower stays so (a re-run cannot
-    manufacture a pass), and more looks of a tie can only move it towards "matches". An empty intersection
-    (two looks' intervals apart) says the truth moved between them (the node changed, not the evidence): the level
-    reads unclear with ``disagree`` set.
+    ``looks``: in order, each ``{"look": k, "server", "floor", "levels": [{"concurrency", "ratio",
+    "ratio_ci_family", "served_ci95", "best_static_ci95", ...}]}`` (serve_proof.look_record). After look j the
+    looks 1..j are pooled (``pooled_looks``: one log ratio per served launch, the launches' mean, its interval
+    from the windows and the floor's launch part, which shrinks as launches accumulate) and held at look j's share
+    of the error rate (sequential.open_look_alpha: the shares sum to FAMILY_ALPHA however many looks there are),
+    simultaneous over the levels. With probability at least 1 - FAMILY_ALPHA every one of those intervals holds
+    the truth at once (Bonferroni over the looks, whatever their correlation), so their intersection does too: the
+    combined interval at a level is the intersection of the pooled intervals after each look, and its verdict is
+    read from that (``read_interval``). Evidence accumulates (a 10% slower configuration relaunched three times is
+    caught where one launch is not), a level once clearly slower stays so (a re-run cannot manufacture a pass), and
+    more looks of a tie can only move it towards "matches". Looks on one server share its launch effect and looks
+    held to one reference measurement share that one's: pooling them narrows nothing of the launch part. A level of
+    a look stored without its raw figures adds its own simultaneous interval (``ratio_ci_family``) instead. An empty
+    intersection (two intervals apart) says the truth moved between them (the node changed, not the evidence):
+    the level reads unclear with ``disagree`` set.
 
-    Returns ``{concurrency: {"ratio_ci_combined", "verdict", "looks", "disagree", "verdicts"}}``, ``looks`` the
-    number of looks with an interval there, ``verdicts`` each look's own verdict in order."""
+    Returns ``{concurrency: {"ratio_ci_combined", "ratio_ci_pooled", "verdict", "looks", "launches", "disagree",
+    "verdicts"}}``, ``looks`` the number of looks with an interval there, ``launches`` the served launches pooled,
+    ``ratio_ci_pooled`` the pooled interval after the last look, ``verdicts`` each look's own verdict in order."""
     out: dict[int, dict] = {}
-    for look in looks:
+    for j, look in enumerate(looks, start=1):
+        pooled = pooled_looks(looks[:j], margin, open_look_alpha(j))
         for row in look.get("levels") or []:
             conc = row["concurrency"]
-            cell = out.setdefault(conc, {"ratio_ci_combined": None, "verdict": UNCLEAR, "looks": 0,
-                                         "disagree": False, "verdicts": []})
+            cell = out.setdefault(conc, {"ratio_ci_combined": None, "ratio_ci_pooled": None, "verdict": UNCLEAR,
+                                         "looks": 0, "launches": 0, "disagree": False, "verdicts": []})
             cell["verdicts"].append(row.get("verdict"))
-            ci = row.get("ratio_ci_family")
-            if not ci or cell["disagree"]:
+            own = row.get("ratio_ci_family")
+            if not own or cell["disagree"]:
                 continue
             cell["looks"] += 1
+            mine = pooled.get(conc)
+            ci = mine["ratio_ci_family"] if mine and mine.get("ratio_ci_family") else own
+            if mine and mine.get("ratio_ci_family"):
+                cell["ratio_ci_pooled"], cell["launches"] = mine["ratio_ci_family"], mine["launches"]
             now = cell["ratio_ci_combined"]
             lo, hi = (ci[0], ci[1]) if now is None else (max(now[0], ci[0]), min(now[1], ci[1]))
             if lo > hi:
@@ -110,3 +125,68 @@ def combine_looks(looks: list[dict], margin: float) -> dict[int, dict]:
     for cell in out.values():
         cell["verdict"] = UNCLEAR if cell["disagree"] else read_interval(cell["ratio_ci_combined"], margin)
     return out
+
+
+def _log_se(value, ci) -> float | None:
+    """The log standard error of a 95% interval around ``value`` (None without one)."""
+    value, ci = _num(value), _interval(ci)
+    if value is None or value <= 0 or ci is None or ci[0] <= 0:
+        return None
+    return log_half_width(value, ci) / Z975
+
+
+def pooled_looks(looks: list[dict], margin: float, alpha: float) -> dict[int, dict]:
+    """The looks' pooled ratio at each level, held simultaneously over the levels at ``alpha``.
+
+    Per level, every look with a simultaneous interval there (a level ``check_unmoved`` set aside has none) and its
+    raw figures (the ratio, the served and the reference windows) counts. The looks taken on one server (its pid
+    and start time) are one launch: their mean log ratio is the launch's, and its window variance the mean of
+    theirs (looks in place may drift apart; averaging them claims nothing narrower). The pooled log ratio is the
+    launches' mean (equal weights, a launch's effect is the same size whichever look measured it). Its interval:
+    the windows (each launch's served variance, each reference measurement's variance once, weighted by the share
+    of launches held to it) and the floor's launch part with the factor ``1/m + sum over reference measurements of
+    (share^2 / reference launches)`` - m served launches average their launch effects out, a reference measured
+    once and held to every launch does not (launch_noise.launch_terms; the last look's floor; without one the
+    windows alone, as a single proof). Returns ``{concurrency: {"ratio", "ratio_ci95", "ratio_ci_family",
+    "verdict", "launches"}}``."""
+    by_level: dict[int, list[tuple]] = {}
+    for n, look in enumerate(looks):
+        server = look.get("server") or {}
+        launch = (server.get("pid"), server.get("starttime")) if server.get("pid") is not None else ("look", n)
+        for row in look.get("levels") or []:
+            ratio = _num(row.get("ratio"))
+            served = _log_se(row.get("served_tok_per_s"), row.get("served_ci95"))
+            ref = _log_se(row.get("best_static_tok_per_s"), row.get("best_static_ci95"))
+            if not row.get("ratio_ci_family") or ratio is None or ratio <= 0 or served is None or ref is None:
+                continue
+            reference = (row.get("best_static_mode"), row.get("best_static_tok_per_s"),
+                         tuple(row.get("best_static_ci95") or ()))
+            by_level.setdefault(row["concurrency"], []).append(
+                (launch, reference, math.log(ratio), served, ref, max(1, int(row.get("reference_launches") or 1))))
+    floor = next((lo.get("floor") for lo in reversed(looks) if lo.get("floor")), None)
+    rows = []
+    for conc, entries in sorted(by_level.items()):
+        launches: dict = {}
+        for entry in entries:
+            launches.setdefault(entry[0], []).append(entry)
+        m = len(launches)
+        estimate = window_var = 0.0
+        shares: dict = {}
+        for group in launches.values():
+            estimate += math.fsum(e[2] for e in group) / len(group) / m
+            window_var += math.fsum(e[3] ** 2 for e in group) / len(group) / m ** 2
+            for e in group:
+                share = shares.setdefault(e[1], [0.0, e[4], e[5]])
+                share[0] += 1.0 / (m * len(group))
+        window_var += math.fsum(a * a * se * se for a, se, unused in shares.values())
+        factor = 1.0 / m + math.fsum(a * a / k for a, unused, k in shares.values())
+        window = Z975 * math.sqrt(window_var)
+        row = {"concurrency": conc, "ratio": math.exp(estimate), "launches": m}
+        terms = launch_terms(floor, factor, data_bound=True) if floor and floor.get("launch_sd") else None
+        width = math.hypot(window, max(t[0] for t in terms)) if terms else window
+        row["ratio_ci95"] = [math.exp(estimate - width), math.exp(estimate + width)]
+        if terms:
+            row["ci_parts"] = [[[window, None]], terms]
+        rows.append(row)
+    family_proof_verdicts(rows, margin, alpha)
+    return {row["concurrency"]: row for row in rows}
