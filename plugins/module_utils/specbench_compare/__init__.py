@@ -47,10 +47,10 @@ from .launch_noise import floor_file as launch_floor_file
 from .launch_noise import floor_from as launch_floor_from
 from .launch_noise import floor_key as launch_floor_key
 from .launch_noise import floor_text as launch_floor_text
+from .launch_noise import launch_terms as launch_noise_terms
 from .launch_noise import node_floor as launch_node_floor
 from .launch_noise import read_parts as launch_read_parts
 from .launch_noise import widen as launch_widen
-from .launch_noise import launch_terms as launch_noise_terms
 from .launch_noise import widen_proof as launch_widen_proof
 from .output_match import OUTPUT_MATCH_METHOD, OUTPUT_MATCH_MIN, check_minimum, compare_outputs, output_match
 from .pooling import (
