@@ -100,6 +100,7 @@ from .serve_guard import (
     rollback_plan,
     run_time_scale,
     same_configuration,
+    unclear_only,
     up_to_date,
     version_difference,
 )
@@ -160,6 +161,7 @@ __all__ = [
     "proof_workload", "retire",
     "retire_others",
     "rollback_plan", "run_time_scale", "same_configuration", "up_to_date", "proves_in_place", "version_difference",
+    "unclear_only",
     "ON_REGRESSION", "best_static", "ignored_schedule", "offs_drafting", "proof_rows", "proof_verdict", "reference_modes",
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
