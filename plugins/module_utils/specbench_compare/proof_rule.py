@@ -163,30 +163,72 @@ def pooled_looks(looks: list[dict], margin: float, alpha: float) -> dict[int, di
                          tuple(row.get("best_static_ci95") or ()))
             by_level.setdefault(row["concurrency"], []).append(
                 (launch, reference, math.log(ratio), served, ref, max(1, int(row.get("reference_launches") or 1))))
-    floor = next((lo.get("floor") for lo in reversed(looks) if lo.get("floor")), None)
+    pooled = {conc: _pool_level(entries) for conc, entries in sorted(by_level.items())}
+    floor = with_looks_spread(next((lo.get("floor") for lo in reversed(looks) if lo.get("floor")), None),
+                              list(pooled.values()))
     rows = []
-    for conc, entries in sorted(by_level.items()):
-        launches: dict = {}
-        for entry in entries:
-            launches.setdefault(entry[0], []).append(entry)
-        m = len(launches)
-        estimate = window_var = 0.0
-        shares: dict = {}
-        for group in launches.values():
-            estimate += math.fsum(e[2] for e in group) / len(group) / m
-            window_var += math.fsum(e[3] ** 2 for e in group) / len(group) / m ** 2
-            for e in group:
-                share = shares.setdefault(e[1], [0.0, e[4], e[5]])
-                share[0] += 1.0 / (m * len(group))
-        window_var += math.fsum(a * a * se * se for a, se, unused in shares.values())
-        factor = 1.0 / m + math.fsum(a * a / k for a, unused, k in shares.values())
-        window = Z975 * math.sqrt(window_var)
-        row = {"concurrency": conc, "ratio": math.exp(estimate), "launches": m}
-        terms = launch_terms(floor, factor, data_bound=True) if floor and floor.get("launch_sd") else None
+    for conc, cell in pooled.items():
+        window = Z975 * math.sqrt(cell["window_var"])
+        row = {"concurrency": conc, "ratio": math.exp(cell["estimate"]), "launches": cell["m"]}
+        terms = launch_terms(floor, cell["factor"], data_bound=True) if floor and floor.get("launch_sd") else None
         width = math.hypot(window, max(t[0] for t in terms)) if terms else window
-        row["ratio_ci95"] = [math.exp(estimate - width), math.exp(estimate + width)]
+        row["ratio_ci95"] = [math.exp(cell["estimate"] - width), math.exp(cell["estimate"] + width)]
         if terms:
             row["ci_parts"] = [[[window, None]], terms]
         rows.append(row)
     family_proof_verdicts(rows, margin, alpha)
     return {row["concurrency"]: row for row in rows}
+
+
+def _pool_level(entries: list[tuple]) -> dict:
+    """One level's looks pooled (``pooled_looks``): the launches' mean log ratio, its window variance, the launch
+    part's factor, and each launch's mean and window variance with whether every launch had references of its own
+    (``with_looks_spread`` reads their spread only then)."""
+    launches: dict = {}
+    for entry in entries:
+        launches.setdefault(entry[0], []).append(entry)
+    m = len(launches)
+    means, own_vars, shares = [], [], {}
+    for group in launches.values():
+        means.append(math.fsum(e[2] for e in group) / len(group))
+        own_vars.append(math.fsum(e[3] ** 2 + e[4] ** 2 for e in group) / len(group))
+        for e in group:
+            share = shares.setdefault(e[1], [0.0, e[4], e[5], set()])
+            share[0] += 1.0 / (m * len(group))
+            share[3].add(e[0])
+    served_var = math.fsum(math.fsum(e[3] ** 2 for e in group) / len(group) for group in launches.values()) / m ** 2
+    return {"m": m, "estimate": math.fsum(means) / m, "means": means, "own_vars": own_vars,
+            "window_var": served_var + math.fsum(a * a * se * se for a, se, unused, unused2 in shares.values()),
+            "factor": 1.0 / m + math.fsum(a * a / k for a, unused, k, unused2 in shares.values()),
+            "own_references": all(len(launched) == 1 for unused, unused2, unused3, launched in shares.values()),
+            "ref_factor": 1.0 + math.fsum(1.0 / k for unused, unused2, k, unused3 in shares.values()) / len(shares)}
+
+
+def with_looks_spread(floor: dict | None, cells: list[dict]) -> dict | None:
+    """The floor with the proof's own launches added as evidence about the launch sd: where every served launch was
+    held to references measured for it alone (serve_measure_references), each launch's log ratio is one draw of
+    two launch effects (``1 + 1/k_ref`` of the launch variance) and its windows; their spread about the launches'
+    mean, less the windows' variance, estimates the launch variance on ``m - 1`` degrees of freedom (the levels
+    pooled, counted once: a launch moves all its levels alike, launch_noise.estimate). It is pooled with the floor's
+    sd and the floor's own data's, weighted by degrees of freedom, as a compare run's part is (launch_noise.floor_from);
+    without a floor the launches' own estimate stands alone. Anything else (fewer than two launches, a reference held
+    to two launches, a node that changed between them: its drift counts as launch variation, the conservative way):
+    the floor as it was."""
+    usable = [c for c in cells if c["m"] >= 2 and c["own_references"]]
+    if not usable:
+        return floor
+    df_looks = min(c["m"] for c in usable) - 1
+    variance = math.fsum(
+        max(0.0, (math.fsum((x - c["estimate"]) ** 2 for x in c["means"]) / (c["m"] - 1)
+                  - math.fsum(c["own_vars"]) / c["m"]) / c["ref_factor"]) for c in usable) / len(usable)
+    if not floor:
+        return {"launch_sd": math.sqrt(variance), "df": df_looks, "df_levels": df_looks, "looks_df": df_looks}
+    out = dict(floor)
+    df, data_df = int(floor["df"]), int(floor.get("df_data") or 0)
+    out["launch_sd"] = math.sqrt((df * float(floor["launch_sd"]) ** 2 + df_looks * variance) / (df + df_looks))
+    out["launch_sd_data"] = math.sqrt((data_df * float(floor.get("launch_sd_data") or 0.0) ** 2
+                                       + df_looks * variance) / (data_df + df_looks))
+    out["df"], out["df_data"] = df + df_looks, data_df + df_looks
+    out["df_levels"] = int(floor.get("df_levels") or df) + df_looks
+    out["looks_df"] = df_looks
+    return out

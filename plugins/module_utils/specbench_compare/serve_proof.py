@@ -290,10 +290,14 @@ def proof_verdict(rows: list[dict]) -> dict:
 LOOKS_SCHEMA = "specbench.serve-looks/1"
 LOOKS_METHOD = (
     "every proof of one configuration on one node is a look of one sequence (the first, re-runs, relaunches, a "
-    "scheduled re-proof); look k's verdicts are simultaneous over its levels at alpha * 6 / (pi^2 k^2) of the "
-    "family-wise rate (the shares sum to 5% over every look there could be), and the combined interval at a level is "
-    "the intersection of its looks' intervals: with 95% probability every look's intervals hold the truth at once, "
-    "whatever their correlation, so a level once clearly slower stays so and re-running cannot manufacture a pass"
+    "scheduled re-proof); after look k the looks are pooled: one log ratio per served launch (looks in place share "
+    "their server's launch), the launches' mean, its interval from the windows and the node's launch sd (the wider of "
+    "the prior-weighted floor's and the node's own data's, the launches' own spread added where each had references "
+    "of its own) times sqrt(1/m + the reference's share), simultaneous over the levels at alpha * 6 / (pi^2 k^2) of "
+    "the family-wise rate (the shares sum to 5% over every look there could be); the combined interval at a level is "
+    "the intersection of the pooled intervals after each look: with 95% probability all of them hold the truth at "
+    "once, whatever their correlation, so relaunches add evidence, a level once clearly slower stays so and re-running "
+    "cannot manufacture a pass"
 )
 
 

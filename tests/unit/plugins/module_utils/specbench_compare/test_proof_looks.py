@@ -1,6 +1,7 @@
 """A served configuration's proofs add up (issue 53, item 1): every proof of one configuration on one node is a look
 of one sequence, look k spending alpha * 6 / (pi^2 k^2) of the family-wise 5% (sequential.open_look_alpha), and a
-level's verdict reads the intersection of its looks' simultaneous intervals (proof_rule.combine_looks).
+level's verdict reads the intersection, over the looks, of the looks so far pooled (proof_rule.combine_looks:
+one log ratio per served launch, their mean; looks in place share a launch, launches share a reference measurement).
 
 Pure computation: the rule on hand-made looks (a clear verdict stays, a tie narrows to "matches", looks that lie
 apart say the node changed), and the error control by simulation through the package's own proof_rows: a true tie
@@ -127,7 +128,7 @@ FLOOR = {"launch_sd": 0.03, "df": 30, "df_levels": 200, "launch_sd_data": 0.03, 
          "prior": {"sd": 0.03, "df": 2}}
 
 
-def raw_look(k: int, ratio: float, pid: int, fresh: bool = True, floor: dict | None = None) -> dict:
+def raw_look(k: int, ratio: float, pid: int, fresh: bool = True, floor: dict | None = FLOOR) -> dict:
     """Look ``k``: the served launch ``pid`` at ``ratio`` of its reference at C=1, 4, 16 (windows +-1%), the
     reference measured just before it (``fresh``: its own figure) or the run's one (the same figure every look)."""
     rows = []
@@ -139,9 +140,9 @@ def raw_look(k: int, ratio: float, pid: int, fresh: bool = True, floor: dict | N
                      "best_static_mode": "ngram", "best_static_tok_per_s": ref,
                      "best_static_ci95": [ref * 0.99, ref * 1.01], "reference_launches": 1, "ratio": ratio_,
                      "ratio_ci95": ci})
-    cmp.launch_widen_proof(rows, floor or FLOOR, {1: 1, 4: 1, 16: 1})
+    cmp.launch_widen_proof(rows, floor, {1: 1, 4: 1, 16: 1})
     cmp.family_proof_verdicts(rows, MARGIN, cmp.open_look_alpha(k))
-    return {"look": k, "server": {"pid": pid, "starttime": pid}, "floor": floor or FLOOR, "levels": rows}
+    return {"look": k, "server": {"pid": pid, "starttime": pid}, "floor": floor, "levels": rows}
 
 
 def pooled_width(combined: dict, conc: int = 16) -> float:
@@ -204,3 +205,16 @@ def test_the_proof_holds_the_nodes_own_launch_sd_where_it_exceeds_the_prior_weig
     # Two launches that read no launch variation at all: the prior-weighted floor alone holds (the prior's purpose).
     assert cmp.launch_noise_terms(dict(floor, launch_sd=0.0212, launch_sd_data=0.0), 2.0, data_bound=True) == [
         [round(t975(4) * 0.0212 * math.sqrt(2.0), 6), [4, 20]]]
+
+
+def test_launches_with_references_of_their_own_measure_the_launch_sd_themselves():
+    # No floor on the node: one look holds its windows alone; three launches 10% apart, each against references
+    # measured for it, say the launches vary, and the pooled interval holds that (on their 2 degrees of freedom).
+    spread = [raw_look(k, r, pid=k, floor=None) for k, r in enumerate([0.90, 1.10, 1.00], start=1)]
+    steady = [raw_look(k, 1.0, pid=k, floor=None) for k in range(1, 4)]
+    wide, narrow = cmp.combine_looks(spread, MARGIN), cmp.combine_looks(steady, MARGIN)
+    assert pooled_width(wide) > 5 * pooled_width(narrow)
+    assert wide[16]["launches"] == narrow[16]["launches"] == 3
+    # One server proved three times (in place): no launch-to-launch spread to read, the windows alone as before.
+    in_place = [raw_look(k, r, pid=9, floor=None) for k, r in enumerate([0.99, 1.01, 1.0], start=1)]
+    assert cmp.combine_looks(in_place, MARGIN)[16]["launches"] == 1
