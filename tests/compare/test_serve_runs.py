@@ -13,10 +13,11 @@ own results folder, all in one module-scoped fixture, in the order an infra team
    slower (C=64) the play fails with serve.json written and the service running;
 4. the same again: a failed proof is never up to date: proved again on the server that runs it
    (nothing relaunched), as the second look of the configuration's sequence: serve.json keeps both
-   looks with their times, and its verdicts are the looks combined (the intersection of their
-   simultaneous intervals), held to the references measured just before its launch as look 1 was, a
-   level whose own rate moved since look 1 reading "the node changed" and adding no claim (and, were
-   the proof verified, nothing would change);
+   looks with their times, and its verdicts are the looks combined (the looks pooled after each
+   one, those intervals intersected; looks in place share one launch), held to the references
+   measured just before its launch as look 1 was, a level whose own rate moved since look 1
+   reading "the node changed" and adding no claim (and, were the proof verified, nothing would
+   change);
    then the same once more with another build of the engine on the node (the emulator's reported
    version 0.5.23+specbench-emulator.1): refused in the preflight naming both versions, nothing
    touched, the service still running;
@@ -169,7 +170,7 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
         assert second["looks"][1]["alpha"] == pytest.approx(doc["looks"][0]["alpha"] / 4, rel=1e-3)
         stored = json.loads((host_dir(tmp) / "serve-looks.json").read_text())["sequences"][doc["sequence"]["key"]]
         assert stored["looks"][:2] == second["looks"]
-        # The verdict is the combined one: each level's looks' intervals intersected.
+        # The verdict is the combined one: the pooled looks' intervals after each look intersected.
         combined = cmp.combine_looks(second["looks"], second["margin"])
         for row in second["levels"]:
             cell = combined[row["concurrency"]]
