@@ -16,8 +16,8 @@ from pathlib import Path
 
 import compare_kit
 import pytest
-from compare_kit import node_vars, run_playbook
-from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run
+from compare_kit import run_playbook
+from specbench_testkit import PlaybookRun, inventory, kill_node_servers, shared_run
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 
@@ -31,11 +31,7 @@ def reproved(tmp_path_factory):
     _compare, compared, _nodes = compare_kit.accuracy_run(tmp_path_factory)
 
     def build(tmp: Path):
-        node = tmp / "node"
-        shutil.copytree(compared / "llama", tmp / "results" / RUN_ID / "llama")
-        hosts = {"llama": node_vars(node, free_port(), compare_kit.LLAMA, 4.0, sglang_server_tp_size=1,
-                                    bench_concurrency=compare_kit.LLAMA_LEVELS, bench_input_len=64,
-                                    bench_output_len=64, bench_warmup_s=1.5, bench_window_s=3)}
+        node, unused, hosts = compare_kit.llama_serve_host(tmp, compared, RUN_ID)
         extra = {"results_dir": str(tmp / "results"), "run_id": RUN_ID, "serve_match_margin": 0.001,
                  "serve_on_regression": "keep", "serve_reprove_unclear": "relaunch"}
         run = None

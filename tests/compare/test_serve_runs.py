@@ -41,19 +41,17 @@ from 1 (the baseline at C=16).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import compare_kit
 import pytest
-from compare_kit import node_vars, not_kept_up, run_playbook
-from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run
+from compare_kit import not_kept_up, run_playbook
+from specbench_testkit import PlaybookRun, inventory, kill_node_servers, shared_run
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-LLAMA = compare_kit.LLAMA
 LEVELS = compare_kit.LLAMA_LEVELS
 RUN_ID = "acc"
 
@@ -63,15 +61,8 @@ def served(tmp_path_factory):
     compare, compared, _nodes = compare_kit.accuracy_run(tmp_path_factory)
 
     def build(tmp: Path):
-        node = tmp / "node"
-        # The accuracy run's llama host, copied: serve.yml writes serve.json and re-renders the report in
-        # its own copy, never in the run test_compare_runs reads. The node is this module's own.
-        shutil.copytree(compared / "llama", tmp / "results" / RUN_ID / "llama")
-        # Slowed down (time scale 4, as the run's llama host) so two loaded cores keep up at C=64.
-        port = free_port()
-        hosts = {"llama": node_vars(node, port, LLAMA, 4.0, sglang_server_tp_size=1,
-                                    bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
-                                    bench_warmup_s=1.5, bench_window_s=3)}
+        # The accuracy run's llama host, copied, on a node of this module's own.
+        node, port, hosts = compare_kit.llama_serve_host(tmp, compared, RUN_ID)
         extra = {"results_dir": str(tmp / "results"), "run_id": RUN_ID}
         runs = {}
         try:
