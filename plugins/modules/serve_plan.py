@@ -57,6 +57,15 @@ options:
     type: str
     choices: [rollback, keep, fail]
     default: rollback
+  reprove_unclear:
+    description:
+      - How a configuration whose proof was only unclear (no level clearly slower) and that still runs is proved
+        again. C(in_place) on the server that runs it, nothing relaunched (looks in place share that server's launch
+        effect, so they add no launch of evidence); C(relaunch) relaunched, its references measured again, a launch
+        of its own. A proof that failed otherwise (a level clearly slower) is always proved again in place.
+    type: str
+    choices: [in_place, relaunch]
+    default: in_place
   argv:
     description: The command about to be launched (C(<launch role>_command.argv)); its identity flags are checked when given.
     type: list
@@ -133,7 +142,8 @@ up_to_date:
     configuration is the plan (or the plan's rollback), its proof verified, under the same serve_on_regression. The
     play also checks that the recorded server runs that command and answers. C(in_place) (not up to date, but
     serve.json's configuration is the plan itself: C(specbench_compare.proves_in_place)) says that a server running
-    serve.json's command and answering is proved again where it runs, with nothing relaunched.
+    serve.json's command and answering is proved again where it runs, with nothing relaunched (not where its proof was
+    only unclear and C(reprove_unclear) is C(relaunch)).
   returned: success
   type: dict
 """
@@ -175,6 +185,7 @@ def main():
             "argv": {"type": "list", "elements": "str"},
             "version": {"type": "str"},
             "on_regression": {"type": "str", "choices": list(cmp.ON_REGRESSION), "default": "rollback"},
+            "reprove_unclear": {"type": "str", "choices": ["in_place", "relaunch"], "default": "in_place"},
         },
         supports_check_mode=True,
     )
@@ -238,7 +249,10 @@ def main():
                      if isinstance(lv, dict) and isinstance(lv.get("concurrency"), int)})
     bench = cmp.proof_workload(results, summary.get("baseline_mode") or cmp.BASELINE)
     fresh, why = cmp.up_to_date(current, p["run_id"], plan, p["on_regression"])
-    in_place = not fresh and cmp.proves_in_place(current, p["run_id"], plan)
+    in_place = not fresh and cmp.proves_in_place(current, p["run_id"], plan, p["reprove_unclear"])
+    if not fresh and not in_place and cmp.proves_in_place(current, p["run_id"], plan):
+        why += ("; it was only unclear, so it is relaunched with its references measured again, a launch of "
+                "evidence more (serve_reprove_unclear=relaunch: looks in place share one launch effect)")
     references = cmp.reference_modes(summary, results, plan, levels, bool(p["serve_mode"]))
     # Warnings through AnsibleModule.warn (passing them to exit_json is deprecated in ansible-core 2.19).
     for text in warnings:

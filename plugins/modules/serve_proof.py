@@ -22,9 +22,10 @@ description:
   - >-
     Every proof of one configuration on one node (held to the same references) is a look of one sequence, kept in
     C(<results_dir>/<run_id>/<host>/serve-looks.json) (written first, atomically) and in C(serve.json)'s C(looks):
-    look k spends alpha * 6 / (pi^2 k^2) of the family-wise 5%, and each level's verdict reads the intersection of
-    its looks' simultaneous intervals (C(specbench_compare.combine_looks)), so a re-run adds evidence and never
-    replaces it.
+    after look k the looks are pooled (one log ratio per served launch, the launches' mean; looks in place share their
+    server's launch effect, launches held to one reference measurement share its) and held at alpha * 6 / (pi^2 k^2)
+    of the family-wise 5%, and each level's verdict reads the intersection of the pooled intervals after each look
+    (C(specbench_compare.combine_looks)), so a relaunch adds evidence and a re-run never replaces it.
   - >-
     A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
     its own reference, measured at another time) that reads clearly slower or faster says the node changed: the
@@ -267,7 +268,7 @@ def main():
     earlier = cmp.same_server_look(sequence, server)
     in_place = earlier is not None
     cmp.check_unmoved(rows, earlier, cmp.look_alpha(look))
-    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place)]
+    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place, floor)]
     cmp.apply_looks(rows, sequence["looks"], p["margin"], p["plan"])
     store["sequences"][key] = sequence
     if not module.check_mode:

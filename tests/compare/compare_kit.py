@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -125,3 +126,16 @@ def accuracy_run(tmp_path_factory) -> tuple[kit.PlaybookRun, Path, dict[str, Pat
 
     run, tmp = shared_run(tmp_path_factory, "compare-accuracy", build)
     return run, tmp / "results" / "acc", {"kimi": tmp / "node-kimi", "llama": tmp / "node-llama"}
+
+
+def llama_serve_host(tmp: Path, compared: Path, run_id: str) -> tuple[Path, int, dict]:
+    """The accuracy run's llama host copied to ``tmp/results/<run_id>/llama`` (serve.yml writes serve.json and
+    re-renders the report in its own copy, never in the run test_compare_runs reads) and a node of its own to serve
+    it on, slowed down (time scale 4, as the run's llama host) so two loaded cores keep up at C=64. Returns (the
+    node's folder, its port, the inventory's hosts)."""
+    node = tmp / "node"
+    shutil.copytree(compared / "llama", tmp / "results" / run_id / "llama")
+    port = free_port()
+    hosts = {"llama": node_vars(node, port, LLAMA, 4.0, sglang_server_tp_size=1, bench_concurrency=LLAMA_LEVELS,
+                                bench_input_len=64, bench_output_len=64, bench_warmup_s=1.5, bench_window_s=3)}
+    return node, port, hosts

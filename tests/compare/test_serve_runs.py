@@ -13,10 +13,11 @@ own results folder, all in one module-scoped fixture, in the order an infra team
    slower (C=64) the play fails with serve.json written and the service running;
 4. the same again: a failed proof is never up to date: proved again on the server that runs it
    (nothing relaunched), as the second look of the configuration's sequence: serve.json keeps both
-   looks with their times, and its verdicts are the looks combined (the intersection of their
-   simultaneous intervals), held to the references measured just before its launch as look 1 was, a
-   level whose own rate moved since look 1 reading "the node changed" and adding no claim (and, were
-   the proof verified, nothing would change);
+   looks with their times, and its verdicts are the looks combined (the looks pooled after each
+   one, those intervals intersected; looks in place share one launch), held to the references
+   measured just before its launch as look 1 was, a level whose own rate moved since look 1
+   reading "the node changed" and adding no claim (and, were the proof verified, nothing would
+   change);
    then the same once more with another build of the engine on the node (the emulator's reported
    version 0.5.23+specbench-emulator.1): refused in the preflight naming both versions, nothing
    touched, the service still running;
@@ -40,19 +41,17 @@ from 1 (the baseline at C=16).
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import compare_kit
 import pytest
-from compare_kit import node_vars, not_kept_up, run_playbook
-from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run
+from compare_kit import not_kept_up, run_playbook
+from specbench_testkit import PlaybookRun, inventory, kill_node_servers, shared_run
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-LLAMA = compare_kit.LLAMA
 LEVELS = compare_kit.LLAMA_LEVELS
 RUN_ID = "acc"
 
@@ -62,15 +61,8 @@ def served(tmp_path_factory):
     compare, compared, _nodes = compare_kit.accuracy_run(tmp_path_factory)
 
     def build(tmp: Path):
-        node = tmp / "node"
-        # The accuracy run's llama host, copied: serve.yml writes serve.json and re-renders the report in
-        # its own copy, never in the run test_compare_runs reads. The node is this module's own.
-        shutil.copytree(compared / "llama", tmp / "results" / RUN_ID / "llama")
-        # Slowed down (time scale 4, as the run's llama host) so two loaded cores keep up at C=64.
-        port = free_port()
-        hosts = {"llama": node_vars(node, port, LLAMA, 4.0, sglang_server_tp_size=1,
-                                    bench_concurrency=LEVELS, bench_input_len=64, bench_output_len=64,
-                                    bench_warmup_s=1.5, bench_window_s=3)}
+        # The accuracy run's llama host, copied, on a node of this module's own.
+        node, port, hosts = compare_kit.llama_serve_host(tmp, compared, RUN_ID)
         extra = {"results_dir": str(tmp / "results"), "run_id": RUN_ID}
         runs = {}
         try:
@@ -169,7 +161,7 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
         assert second["looks"][1]["alpha"] == pytest.approx(doc["looks"][0]["alpha"] / 4, rel=1e-3)
         stored = json.loads((host_dir(tmp) / "serve-looks.json").read_text())["sequences"][doc["sequence"]["key"]]
         assert stored["looks"][:2] == second["looks"]
-        # The verdict is the combined one: each level's looks' intervals intersected.
+        # The verdict is the combined one: the pooled looks' intervals after each look intersected.
         combined = cmp.combine_looks(second["looks"], second["margin"])
         for row in second["levels"]:
             cell = combined[row["concurrency"]]

@@ -72,7 +72,7 @@ def test_the_proof_is_written_and_matches_the_report(served):
         if row["ratio_ci95"] is not None:
             low, high = row["ratio_ci95"]
             assert low <= row["ratio"] <= high
-        # The verdict is the looks' combined one: read from the intersection of their simultaneous intervals.
+        # The verdict is the looks' combined one: read from the intersection of the pooled intervals after each look.
         if row["ratio_ci_combined"] is None:
             assert row["verdict"] == "unclear", row
         else:

@@ -491,8 +491,9 @@ def _looks_lines(served: dict) -> list[str]:
     if not looks:
         return []
     lines = [f"Proofs of this configuration on this node: {len(looks)} look(s), one sequence; the table's verdicts "
-             "combine them (each level's looks' simultaneous intervals intersected; look k spends 5% x 6/(pi^2 k^2) "
-             "of the error rate, so a re-run adds evidence and never replaces it):", ""]
+             "combine them (after each look the looks pooled, one log ratio per served launch, held at that look's "
+             "share, 5% x 6/(pi^2 k^2) of the error rate, and those intervals intersected: a relaunch adds evidence, "
+             "a look in place shares its server's launch effect, and a re-run never replaces a look):", ""]
     for look in looks:
         how = "in place, nothing relaunched" if look.get("in_place") else "a launch of its own"
         verdicts = ", ".join(f"C={lv['concurrency']} {lv.get('verdict')}"
@@ -503,6 +504,7 @@ def _looks_lines(served: dict) -> list[str]:
     combined = ", ".join(f"C={r['concurrency']} {r['verdict']}"
                          + (f" [{_f(r['ratio_ci_combined'][0], 3)}, {_f(r['ratio_ci_combined'][1], 3)}]"
                             if r.get("ratio_ci_combined") else "")
+                         + (f" ({r['launches_pooled']} launches pooled)" if (r.get("launches_pooled") or 0) > 1 else "")
                          for r in served.get("levels") or [])
     lines.append(f"- combined: {_md(combined)}")
     if served.get("node_changed"):

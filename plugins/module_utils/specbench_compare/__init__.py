@@ -47,6 +47,7 @@ from .launch_noise import floor_file as launch_floor_file
 from .launch_noise import floor_from as launch_floor_from
 from .launch_noise import floor_key as launch_floor_key
 from .launch_noise import floor_text as launch_floor_text
+from .launch_noise import launch_terms as launch_noise_terms
 from .launch_noise import node_floor as launch_node_floor
 from .launch_noise import read_parts as launch_read_parts
 from .launch_noise import widen as launch_widen
@@ -99,6 +100,7 @@ from .serve_guard import (
     rollback_plan,
     run_time_scale,
     same_configuration,
+    unclear_only,
     up_to_date,
     version_difference,
 )
@@ -159,11 +161,12 @@ __all__ = [
     "proof_workload", "retire",
     "retire_others",
     "rollback_plan", "run_time_scale", "same_configuration", "up_to_date", "proves_in_place", "version_difference",
+    "unclear_only",
     "ON_REGRESSION", "best_static", "ignored_schedule", "offs_drafting", "proof_rows", "proof_verdict", "reference_modes",
     "regression_action", "rollback_mode",
     "speculate_ranges", "split_run_name", "summarize_host", "tracking", "OWN_FILES", "load_host_results",
     "LAUNCH_METHOD", "launch_estimate", "launch_floor_file", "launch_floor_from", "launch_node_floor", "relaunch_levels",
-    "launch_read_parts", "launch_widen", "launch_widen_proof", "family_ci", "FAMILY_METHOD",
+    "launch_read_parts", "launch_widen", "launch_widen_proof", "launch_noise_terms", "family_ci", "FAMILY_METHOD",
     "FAMILY_ALPHA", "family_z", "paying_runs", "family_proof_verdicts", "proof_references", "static_counterpart",
     "CompareError", "OUTPUT_MATCH_METHOD", "OUTPUT_MATCH_MIN", "TRAFFIC_METHOD", "TrafficError", "bin_running",
     "check_minimum", "compare_outputs", "output_match", "parse_traffic", "read_traffic", "traffic_gain",

@@ -253,7 +253,8 @@ def widen_proof(rows: list[dict], floor: dict | None, reference_launches: dict[i
     concurrencies widened."""
     return [row["concurrency"] for row in rows
             if _add_launch_part(row, "ratio", floor,
-                                1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)))]
+                                1.0 + 1.0 / max(1, int(reference_launches.get(row["concurrency"]) or 1)),
+                                data_bound=True)]
 
 
 def _launch_windows(level: dict) -> tuple[int, float] | None:
@@ -287,22 +288,45 @@ def widen(rows: list[dict], floor: dict | None) -> list[int]:
             if (row.get("launches") or 1) == 1 and _add_launch_part(row, "speedup", floor, 2.0)]
 
 
-def _add_launch_part(row: dict, key: str, floor: dict | None, launches_factor: float) -> bool:
+def _add_launch_part(row: dict, key: str, floor: dict | None, launches_factor: float,
+                     data_bound: bool = False) -> bool:
     """``row[key + "_ci95"]`` with ``t * sigma_L * sqrt(launches_factor)`` (t on the floor's degrees of freedom)
     added in quadrature to its log half-width; the window-only interval kept as ``key + "_ci95_window"``, the two
     parts as ``ci_parts`` (the family-wise interval scales each by its own quantile: intervals.family_ci).
+    ``data_bound``: the launch part is the wider of the floor's and the node's own data's (``launch_terms``).
     False, the row untouched, without a floor's launch sd or an interval."""
     ci, r = _interval(row.get(f"{key}_ci95")), _num(row.get(key))
     if not floor or not floor.get("launch_sd") or ci is None or r is None or r <= 0 or ci[0] <= 0:
         return False
-    df = int(floor["df"])
     w = (math.log(ci[1]) - math.log(ci[0])) / 2.0
-    extra = t975(df) * float(floor["launch_sd"]) * math.sqrt(launches_factor)
-    width = math.hypot(w, extra)
+    terms = launch_terms(floor, launches_factor, data_bound)
+    width = math.hypot(w, max(term[0] for term in terms))
     row[f"{key}_ci95_window"] = row[f"{key}_ci95"]
     row[f"{key}_ci95"] = [round(r * math.exp(-width), 4), round(r * math.exp(width), 4)]
-    row["ci_parts"] = [[[round(w, 6), None]], [[round(extra, 6), floor_dfs(floor)]]]
+    row["ci_parts"] = [[[round(w, 6), None]], terms]
     return True
+
+
+def launch_terms(floor: dict, launches_factor: float, data_bound: bool = False) -> list[list]:
+    """The launch part of a log half-width at 95%, ``t * sigma_L * sqrt(launches_factor)``, as family_ci's terms
+    ``[[width, [df per mode, df per level]], ...]`` (family_ci keeps the widest at the family's quantile).
+
+    The floor's sd on its degrees of freedom, the stated prior's included; with ``data_bound`` also the node's own
+    data's sd (``launch_sd_data``) on the data's own degrees of freedom. The prior-weighted sd holds its t's
+    coverage only where the true sd is near the prior: a node whose launches vary more than the prior says reads a
+    floor too narrow (5% launch sd, a 3% prior of 2 degrees of freedom, 2 of data: the floor reads about 4.1% on
+    average), and a proof of an equal configuration then claims "clearly slower" or "better" in more than its share
+    of the error rate (benchmarks/decision_coverage.py, serve). The data's own sd on their own degrees of freedom
+    is Student's t interval, whatever the true sd; the wider of the two covers at least as often, and the prior
+    still keeps a floor whose data read about 0 from claiming no launch variation."""
+    factor = math.sqrt(launches_factor)
+    terms = [[round(t975(int(floor["df"])) * float(floor["launch_sd"]) * factor, 6), floor_dfs(floor)]]
+    prior_df = int((floor.get("prior") or {}).get("df") or 0)
+    data_df = int(floor.get("df_data") or 0)
+    if data_bound and prior_df and data_df and floor.get("launch_sd_data"):
+        levels_df = max(data_df, int(floor.get("df_levels") or floor["df"]) - prior_df)
+        terms.append([round(t975(data_df) * float(floor["launch_sd_data"]) * factor, 6), [data_df, levels_df]])
+    return terms
 
 
 def pooled_ci(speedup: float | None, base_level: dict | None, spec_level: dict | None,

@@ -268,12 +268,30 @@ def up_to_date(current: dict | None, run_id: str, plan: dict, on_regression: str
     return True, ""
 
 
-def proves_in_place(current: dict | None, run_id: str, plan: dict) -> bool:
+REPROVE = ("in_place", "relaunch")
+
+
+def proves_in_place(current: dict | None, run_id: str, plan: dict, reprove_unclear: str = "in_place") -> bool:
     """serve.json is this run's, still served, and its configuration is the plan itself (not a rollback
     from it): a healthy server running serve.json's command is that configuration, so a proof that did
-    not verify (or one under another serve_on_regression) is taken again on it, with nothing relaunched."""
+    not verify (or one under another serve_on_regression) is taken again on it, with nothing relaunched.
+    ``reprove_unclear`` ``relaunch`` (serve_reprove_unclear): a proof that was only unclear (``unclear_only``)
+    is relaunched instead - looks in place share their server's launch effect, so only a launch of its own adds
+    evidence where the launch part is what left the proof unclear."""
+    if reprove_unclear not in REPROVE:
+        raise ValueError(f"serve_reprove_unclear={reprove_unclear!r}: use one of {', '.join(REPROVE)}")
+    if reprove_unclear == "relaunch" and unclear_only(current):
+        return False
     return bool(current) and current.get("run_id") == run_id and current.get("state", SERVED) == SERVED \
         and not current.get("rolled_back_from") and same_configuration(current.get("plan"), plan)
+
+
+def unclear_only(current: dict | None) -> bool:
+    """serve.json's proof did not verify only because some level was unclear: no level clearly slower, none where
+    the node changed or the looks disagree, the schedule honoured."""
+    return bool(current) and not current.get("verified") and bool(current.get("unclear")) \
+        and not current.get("worse") and not current.get("ignored_schedule") and not current.get("node_changed") \
+        and not current.get("looks_disagree")
 
 
 def retire(current: dict, why: str) -> dict:

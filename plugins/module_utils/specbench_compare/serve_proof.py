@@ -128,6 +128,10 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
             "served_ci95": _rnd_pair(ci, 3),
             "best_static_mode": mode,
             "best_static_tok_per_s": _rnd(ref, 3),
+            # The reference's interval as held here and the launches it was pooled from (the looks' pooling reads
+            # them: proof_rule.pooled_looks).
+            "best_static_ci95": _rnd_pair(ref_ci, 3) if ref is not None else None,
+            "reference_launches": ref_launches[conc],
             # Measured just before the served launch (True), or by the compare run at another time (False).
             "reference_now": bool(mode and mode in (measured_now or ())),
             "ratio": _rnd(ratio),
@@ -286,10 +290,14 @@ def proof_verdict(rows: list[dict]) -> dict:
 LOOKS_SCHEMA = "specbench.serve-looks/1"
 LOOKS_METHOD = (
     "every proof of one configuration on one node is a look of one sequence (the first, re-runs, relaunches, a "
-    "scheduled re-proof); look k's verdicts are simultaneous over its levels at alpha * 6 / (pi^2 k^2) of the "
-    "family-wise rate (the shares sum to 5% over every look there could be), and the combined interval at a level is "
-    "the intersection of its looks' intervals: with 95% probability every look's intervals hold the truth at once, "
-    "whatever their correlation, so a level once clearly slower stays so and re-running cannot manufacture a pass"
+    "scheduled re-proof); after look k the looks are pooled: one log ratio per served launch (looks in place share "
+    "their server's launch), the launches' mean, its interval from the windows and the node's launch sd (the wider of "
+    "the prior-weighted floor's and the node's own data's, the launches' own spread added where each had references "
+    "of its own) times sqrt(1/m + the reference's share), simultaneous over the levels at alpha * 6 / (pi^2 k^2) of "
+    "the family-wise rate (the shares sum to 5% over every look there could be); the combined interval at a level is "
+    "the intersection of the pooled intervals after each look: with 95% probability all of them hold the truth at "
+    "once, whatever their correlation, so relaunches add evidence, a level once clearly slower stays so and re-running "
+    "cannot manufacture a pass"
 )
 
 
@@ -330,13 +338,18 @@ def read_looks(path: str, warnings: list[str]) -> dict:
     return store
 
 
-def look_record(rows: list[dict], look: int, at: str, server: dict, in_place: bool) -> dict:
-    """What the sequence keeps of one look: when, on which server launch, at which share of the error rate, and
-    each level's own verdict and simultaneous interval (``proof_rows`` at ``look_alpha(look)``)."""
+def look_record(rows: list[dict], look: int, at: str, server: dict, in_place: bool,
+                floor: dict | None = None) -> dict:
+    """What the sequence keeps of one look: when, on which server launch, at which share of the error rate, the
+    node's floor it held, and each level's figures, own verdict and simultaneous interval (``proof_rows`` at
+    ``look_alpha(look)``): the looks are pooled from these (proof_rule.pooled_looks)."""
     keep = ("concurrency", "served_tok_per_s", "served_ci95", "best_static_mode", "best_static_tok_per_s",
-            "reference_now", "ratio", "ratio_ci95", "ratio_ci_family", "verdict", "moved_since_look")
+            "best_static_ci95", "reference_launches", "reference_now", "ratio", "ratio_ci95", "ratio_ci_family",
+            "verdict", "moved_since_look")
+    kept_floor = ({k: floor.get(k) for k in ("launch_sd", "df", "df_levels", "launch_sd_data", "df_data", "prior")}
+                  if floor else None)
     return {"look": look, "at": at, "alpha": round(look_alpha(look), 6), "in_place": bool(in_place),
-            "server": {"pid": server.get("pid"), "starttime": server.get("starttime")},
+            "server": {"pid": server.get("pid"), "starttime": server.get("starttime")}, "floor": kept_floor,
             "levels": [{k: row.get(k) for k in keep} for row in rows]}
 
 
@@ -402,7 +415,9 @@ def apply_looks(rows: list[dict], looks: list[dict], margin: float, plan: dict) 
         row["verdict_look"] = row["verdict"]
         row["verdict"] = cell.get("verdict", row["verdict"])
         row["ratio_ci_combined"] = _rnd_pair(cell.get("ratio_ci_combined"))
+        row["ratio_ci_pooled"] = _rnd_pair(cell.get("ratio_ci_pooled"))
         row["looks"] = cell.get("looks", 0)
+        row["launches_pooled"] = cell.get("launches", 0)
         row["look_verdicts"] = cell.get("verdicts", [])
         row["looks_disagree"] = bool(cell.get("disagree"))
         own = row["verdict"] in (WORSE, BETTER) and self_referenced(row, plan)

@@ -60,9 +60,11 @@ def test_a_second_proof_is_the_second_look_and_cannot_turn_a_clearly_slower_leve
     assert [r["verdict"] for r in doc["levels"]] == ["worse"] * 3 and second["verified"] is False
     assert second["action"] == "rollback" and "over 2 looks" in doc["text"]
     assert [r["look_verdicts"] for r in doc["levels"]] == [["worse", "matches"]] * 3
-    for row in doc["levels"]:  # the combined interval is the intersection of the two looks'
-        a, b = (lo["levels"][doc["levels"].index(row)]["ratio_ci_family"] for lo in doc["looks"])
-        assert row["ratio_ci_combined"] == [max(a[0], b[0]), min(a[1], b[1])]
+    for row in doc["levels"]:  # the combined interval: look 1's intersected with the two launches pooled
+        a = doc["looks"][0]["levels"][doc["levels"].index(row)]["ratio_ci_family"]
+        b = row["ratio_ci_pooled"]
+        assert row["launches_pooled"] == 2 and b[0] < 0.97 < b[1]  # the launches' mean, 95 and 98 over 100
+        assert row["ratio_ci_combined"] == pytest.approx([max(a[0], b[0]), min(a[1], b[1])], abs=1e-4)
     assert doc["looks"][0]["alpha"] == pytest.approx(0.0304, abs=1e-4) and doc["looks"][1]["in_place"] is False
     stored = json.loads((tmp_path / "results" / RUN / HOST / "serve-looks.json").read_text())
     assert stored["sequences"][doc["sequence"]["key"]]["looks"] == doc["looks"]

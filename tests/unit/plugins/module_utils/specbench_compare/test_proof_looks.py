@@ -1,6 +1,7 @@
 """A served configuration's proofs add up (issue 53, item 1): every proof of one configuration on one node is a look
 of one sequence, look k spending alpha * 6 / (pi^2 k^2) of the family-wise 5% (sequential.open_look_alpha), and a
-level's verdict reads the intersection of its looks' simultaneous intervals (proof_rule.combine_looks).
+level's verdict reads the intersection, over the looks, of the looks so far pooled (proof_rule.combine_looks:
+one log ratio per served launch, their mean; looks in place share a launch, launches share a reference measurement).
 
 Pure computation: the rule on hand-made looks (a clear verdict stays, a tie narrows to "matches", looks that lie
 apart say the node changed), and the error control by simulation through the package's own proof_rows: a true tie
@@ -15,6 +16,7 @@ import pytest
 from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
+from ansible_collections.specbench.core.plugins.module_utils.specbench_client.stats import t975
 
 Z = 1.959964
 MARGIN = 0.1
@@ -117,3 +119,102 @@ def test_a_clearly_slower_configuration_never_turns_into_a_pass_by_re_running():
         first = next((j for j, v in enumerate(seq) if "worse" in v), None)
         if first is not None:
             assert all("worse" in v for v in seq[first:]), seq
+
+
+# The looks pooled (proof_rule.pooled_looks): a launch's look at 100 tok/s per stream against a fresh reference, on
+# a node whose floor is well measured (3% launch sd on 30 degrees of freedom: a floor of 2 leaves t's tails at the
+# later looks' small shares too heavy for pooling to narrow much, decision_coverage.py's serve scenario).
+FLOOR = {"launch_sd": 0.03, "df": 30, "df_levels": 200, "launch_sd_data": 0.03, "df_data": 28,
+         "prior": {"sd": 0.03, "df": 2}}
+
+
+def raw_look(k: int, ratio: float, pid: int, fresh: bool = True, floor: dict | None = FLOOR) -> dict:
+    """Look ``k``: the served launch ``pid`` at ``ratio`` of its reference at C=1, 4, 16 (windows +-1%), the
+    reference measured just before it (``fresh``: its own figure) or the run's one (the same figure every look)."""
+    rows = []
+    for c in (1, 4, 16):
+        ref = 100.0 * c * (1.0 + 0.001 * k if fresh else 1.0)
+        thr = ref * ratio
+        ratio_, ci = cmp.ratio_ci(thr, [thr * 0.99, thr * 1.01], ref, [ref * 0.99, ref * 1.01])
+        rows.append({"concurrency": c, "served_tok_per_s": thr, "served_ci95": [thr * 0.99, thr * 1.01],
+                     "best_static_mode": "ngram", "best_static_tok_per_s": ref,
+                     "best_static_ci95": [ref * 0.99, ref * 1.01], "reference_launches": 1, "ratio": ratio_,
+                     "ratio_ci95": ci})
+    cmp.launch_widen_proof(rows, floor, {1: 1, 4: 1, 16: 1})
+    cmp.family_proof_verdicts(rows, MARGIN, cmp.open_look_alpha(k))
+    return {"look": k, "server": {"pid": pid, "starttime": pid}, "floor": floor, "levels": rows}
+
+
+def pooled_width(combined: dict, conc: int = 16) -> float:
+    lo, hi = combined[conc]["ratio_ci_pooled"]
+    return math.log(hi / lo)
+
+
+def test_a_sequence_of_equal_looks_never_claims_and_narrows_towards_matches():
+    looks = []
+    widths = []
+    for k, ratio in enumerate([1.03, 0.97, 1.02, 0.98, 1.01, 0.99, 1.0, 1.0], start=1):
+        looks.append(raw_look(k, ratio, pid=k))
+        combined = cmp.combine_looks(looks, MARGIN)
+        assert {cell["verdict"] for cell in combined.values()} <= {"unclear", "matches"}, (k, combined)
+        assert combined[16]["launches"] == k
+        widths.append(pooled_width(combined))
+    assert widths[-1] < widths[0] / 1.4  # eight launches average their launch effects out (at ever smaller shares)
+    assert combined[16]["verdict"] == "matches"
+
+
+def test_a_sequence_of_slower_looks_accumulates_to_a_claim_no_look_makes_alone():
+    looks, verdicts = [], []
+    for k in range(1, 6):
+        looks.append(raw_look(k, 0.92, pid=k))
+        assert {lv["verdict"] for lv in looks[-1]["levels"]} == {"unclear"}  # alone: too wide to tell
+        verdicts.append(cmp.combine_looks(looks, MARGIN)[16]["verdict"])
+    assert verdicts[0] == "unclear" and verdicts[-1] == "worse", verdicts
+    first = verdicts.index("worse")
+    assert all(v == "worse" for v in verdicts[first:])  # and once caught it stays caught
+
+
+def test_looks_in_place_share_their_launch_effect_and_narrow_nothing_of_it():
+    looks = [raw_look(k, 0.92, pid=7) for k in range(1, 6)]  # one server, proved five times
+    combined = cmp.combine_looks(looks, MARGIN)
+    assert combined[16]["launches"] == 1 and combined[16]["looks"] == 5
+    assert combined[16]["verdict"] == "unclear"  # five looks of one launch are one launch's evidence
+    one = cmp.combine_looks(looks[:1], MARGIN)
+    assert pooled_width(combined) > pooled_width(one)  # held at look 5's smaller share: wider, never narrower
+
+
+def test_launches_held_to_one_reference_measurement_share_its_launch_effect():
+    fresh = [raw_look(k, 0.92, pid=k) for k in range(1, 6)]
+    shared = [raw_look(k, 0.92, pid=k, fresh=False) for k in range(1, 6)]
+    # The run's reference, held to every launch: its launch part stays whole however many launches are pooled.
+    assert pooled_width(cmp.combine_looks(shared, MARGIN)) > pooled_width(cmp.combine_looks(fresh, MARGIN))
+    assert cmp.combine_looks(shared, MARGIN)[16]["verdict"] == "unclear"
+
+
+def test_the_proof_holds_the_nodes_own_launch_sd_where_it_exceeds_the_prior_weighted_floor():
+    # A 3% prior of 2 degrees of freedom beside 2 of the node's own at 6%: the floor reads 4.7%; the data's own sd,
+    # on their own 2 degrees of freedom, is the wider launch part: the proof holds that one.
+    floor = {"launch_sd": 0.0474, "df": 4, "df_levels": 20, "launch_sd_data": 0.06, "df_data": 2,
+             "prior": {"sd": 0.03, "df": 2}}
+    terms = cmp.launch_noise_terms(floor, 2.0, data_bound=True)
+    assert len(terms) == 2 and terms[1][1] == [2, 18] and terms[1][0] > terms[0][0]
+    assert cmp.launch_noise_terms(floor, 2.0) == terms[:1]  # the comparison's own widening: the floor alone
+    row = {"concurrency": 1, "ratio": 1.0, "ratio_ci95": [0.98, 1.02]}
+    cmp.launch_widen_proof([row], floor, {1: 1})
+    assert row["ci_parts"][1] == terms
+    # Two launches that read no launch variation at all: the prior-weighted floor alone holds (the prior's purpose).
+    assert cmp.launch_noise_terms(dict(floor, launch_sd=0.0212, launch_sd_data=0.0), 2.0, data_bound=True) == [
+        [round(t975(4) * 0.0212 * math.sqrt(2.0), 6), [4, 20]]]
+
+
+def test_launches_with_references_of_their_own_measure_the_launch_sd_themselves():
+    # No floor on the node: one look holds its windows alone; three launches 10% apart, each against references
+    # measured for it, say the launches vary, and the pooled interval holds that (on their 2 degrees of freedom).
+    spread = [raw_look(k, r, pid=k, floor=None) for k, r in enumerate([0.90, 1.10, 1.00], start=1)]
+    steady = [raw_look(k, 1.0, pid=k, floor=None) for k in range(1, 4)]
+    wide, narrow = cmp.combine_looks(spread, MARGIN), cmp.combine_looks(steady, MARGIN)
+    assert pooled_width(wide) > 5 * pooled_width(narrow)
+    assert wide[16]["launches"] == narrow[16]["launches"] == 3
+    # One server proved three times (in place): no launch-to-launch spread to read, the windows alone as before.
+    in_place = [raw_look(k, r, pid=9, floor=None) for k, r in enumerate([0.99, 1.01, 1.0], start=1)]
+    assert cmp.combine_looks(in_place, MARGIN)[16]["launches"] == 1

@@ -58,6 +58,24 @@ def test_a_failed_proof_of_this_plan_is_proved_again_in_place_and_nothing_else_i
     assert not cmp.proves_in_place(rolled, "r1", PLAN)  # a rollback runs, not the plan: launched again
 
 
+def test_an_unclear_proof_is_relaunched_where_serve_reprove_unclear_says_so_and_a_slower_one_never_is():
+    unclear = served_doc(verified=False, unclear=[4, 16], worse=[], text="not verified: unclear at C=4, 16")
+    slower = served_doc(verified=False, unclear=[4], worse=[16], text="not verified: clearly slower at C=16")
+    assert cmp.unclear_only(unclear) and not cmp.unclear_only(slower) and not cmp.unclear_only(served_doc())
+    assert not cmp.unclear_only({**unclear, "node_changed": [16]})  # the node changed: relaunching says nothing new
+    assert not cmp.unclear_only({**unclear, "ignored_schedule": [1]})
+    # In place by default (no downtime); relaunched, a launch of evidence more, when asked.
+    assert cmp.proves_in_place(unclear, "r1", PLAN) and cmp.proves_in_place(unclear, "r1", PLAN, "in_place")
+    assert not cmp.proves_in_place(unclear, "r1", PLAN, "relaunch")
+    assert cmp.proves_in_place(slower, "r1", PLAN, "relaunch")  # clearly slower: re-checked where it runs
+    try:
+        cmp.proves_in_place(unclear, "r1", PLAN, "restart")
+    except ValueError as exc:
+        assert "serve_reprove_unclear='restart'" in str(exc) and "in_place, relaunch" in str(exc)
+    else:
+        raise AssertionError("an unknown serve_reprove_unclear was accepted")
+
+
 # ------------------------------------------------------------------ rollback to configurations
 def test_rollback_is_to_a_configuration_not_a_name():
     ngram_scheduled = {"mode": "ngram", "engine": "vllm", "schedule": [[1, 4, 3], [5, 32, 0]], "adaptive_config": None}
