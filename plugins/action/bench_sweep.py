@@ -400,9 +400,11 @@ class ActionModule(ActionBase):
 
                 def tick(totals, elapsed):
                     phase = "window" if totals and totals["window"] else "warm-up"
+                    if totals and totals.get("drain_left_s") is not None:
+                        phase = "draining"  # the window over, its requests in flight finishing
                     rec = live.progress_record(host, mode, launch, launches, position["index"], levels_total,
                                                concurrency, phase, totals, elapsed, per_level, run_started,
-                                               remaining, time.time())
+                                               remaining, time.time(), window_s=settings["window_s"])
                     record(rec)
                     self._display.display(rec["line"])
 
@@ -427,7 +429,7 @@ class ActionModule(ActionBase):
                         "level": position["index"], "levels": levels_total, "concurrency": level.get("concurrency"),
                         "error": level.get("error"), "line": line,
                         "run_elapsed_s": round(now - run_started, 1) if run_started else None,
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "unix_s": round(now, 3)})
                 if level.get("error"):
                     self._display.warning(f"{host}: {level['error']}")
 

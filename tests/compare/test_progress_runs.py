@@ -4,6 +4,7 @@ level runs, in the playbook's output, in the runner's job events and in progress
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -87,6 +88,72 @@ def test_live_lines_in_output_events_and_jsonl(run):
     event_text = [ev.get("stdout", "") for ev in found.events]
     for rec in live + done:
         assert any(rec["line"] in text for text in event_text), rec["line"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The level's ETA on a level that runs past the plan's level time (its warm-up waits for long requests)
+# ---------------------------------------------------------------------------------------------
+ETA_WINDOW_S = 10
+
+
+@pytest.fixture(scope="module")
+def long_level(tmp_path_factory):
+    def build(tmp):
+        node = tmp / "node"
+        # Time scale 1 (about 90 tok/s a stream) and 768-token outputs: a request takes about 8 s, so the
+        # warm-up (1 s, and until each of the 2 streams finished a request) ends well after its 1 s and the
+        # level outlives the plan's 1 + 10 + 3 s. One measurement of the level (no saturated retry).
+        host = node_vars(node, free_port(), time_scale=1.0, bench_concurrency=[2], bench_warmup_s=1,
+                         bench_window_s=ETA_WINDOW_S, bench_output_len=768, bench_progress_interval_s=5,
+                         bench_saturated_retries=0)
+        try:
+            return run_playbook(tmp, "playbooks/bench.yml", inventory({"node1": host}),
+                                extravars={"results_dir": str(tmp / "results"), "run_id": "eta", "mode": "baseline"},
+                                timeout=RUN_TIMEOUT_S)
+        finally:
+            kill_node_servers(node)
+
+    found, tmp = shared_run(tmp_path_factory, "bench-long-level", build)
+    assert found.rc == 0, found.stdout[-4000:]
+    run_dir = tmp / "results" / "eta"
+    records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
+    return records, json.loads((run_dir / "node1" / "baseline.json").read_text())
+
+
+def utc_seconds(stamp: str) -> float:
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.UTC).timestamp()
+
+
+def test_the_level_eta_counts_down_to_the_levels_end(long_level):
+    records, doc = long_level
+    (level,) = doc["levels"]
+    window_end = utc_seconds(level["window_end_utc"])
+    (done,) = [r for r in records if r["event"] == "level_done"]
+    ticks = [r for r in records if r["event"] == "level_progress"]
+    plan = next(r for r in records if r["event"] == "plan")["plan"]
+    assert len(ticks) >= 3, ticks
+    # The level runs past the plan's level time (its requests in flight drain for up to 8 s after the window),
+    # where the plan's time alone reads 0 s: every line before the level's end has some time left.
+    assert ticks[-1]["level_elapsed_s"] > plan["level_s"], (ticks, plan)
+    etas = [r["level_eta_s"] for r in ticks]
+    assert all(eta > 0 for eta in etas), [r["line"] for r in ticks]
+    assert all(a >= b for a, b in zip(etas, etas[1:], strict=False)) and etas[-1] < etas[0], etas  # counts down
+    assert all(r["unix_s"] < done["unix_s"] for r in ticks), (ticks, done)
+    assert any(r["phase"] == "draining" for r in ticks), ticks
+    for rec in ticks:
+        if rec["phase"] == "warm-up":  # the window still to come: at least its length
+            assert rec["level_eta_s"] >= ETA_WINDOW_S, rec
+        elif rec["phase"] == "window":
+            # The seconds to the window's end as the node's clock says, read from a file the workers rewrite
+            # once a second (PROGRESS_EVERY_S) and fetched through a shell on the node (its delay is the slack),
+            # plus the drain expected after it (the longest request in flight, whole: about 8.3 s here).
+            left = window_end - rec["unix_s"]
+            assert -0.5 <= rec["window_left_s"] - left <= 4.0, (rec, left)
+            assert 6 <= rec["drain_s"] <= 12, rec
+        # Never past the level's end by more than the drain's estimate, the read's delay and the tail allow.
+        assert rec["level_eta_s"] >= done["unix_s"] - rec["unix_s"] - 6.0, (rec, done)
+    # The run's ETA (one level, one launch) is the level's.
+    assert all(r["run_eta_s"] == r["level_eta_s"] for r in ticks)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,8 @@ INTERVAL_FLOOR_S = 5.0
 INTERVAL_MAX_S = 600.0
 # Per level, beyond its warmup and window: the module's start on the node, the probe, the summary.
 LEVEL_OVERHEAD_S = 3.0
+# Of it, after the window closes: the requests cut, the summary, the module's return.
+LEVEL_TAIL_S = 1.0
 # Per launch, beyond the model load: the teardown before and after it and the scripts' check.
 LAUNCH_OVERHEAD_S = 15.0
 # A model load with no launch of this engine on record for the node (engine -> seconds).
@@ -83,6 +85,11 @@ def worker_totals(text: str) -> dict | None:
         for key in ("ok", "failed", "tokens"):
             totals[key] += int(rec.get(key) or 0)
         totals["window"] = totals["window"] or bool(rec.get("window"))
+        for key in ("window_left_s", "warmup_left_s", "drain_s", "drain_left_s"):  # the level's: the latest worker's
+            if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
+                totals[key] = max(float(rec[key]), totals.get(key) or 0.0)
+    if "window_left_s" in totals:
+        totals.pop("warmup_left_s", None)  # one worker already in the window: the level is
     return totals if totals["workers"] else None
 
 
@@ -152,14 +159,36 @@ def remaining_after(plan_fact: dict | None, launch: int | None) -> float:
     return float(sum(r.get("expected_s") or 0 for r in rows[int(launch):]))
 
 
+def level_eta_s(totals: dict | None, level_elapsed: float, level_expected: float, window_s: float) -> float:
+    """Seconds left in a level, from what its client workers last wrote (once a second) on the node
+    (worker.Worker._write_progress): once the window is over, the requests in flight draining; while
+    it is open, its seconds left and the drain expected after it; before, the warm-up's minimum left,
+    the window and the drain; plus LEVEL_TAIL_S for the summary. The warm-up also waits for every
+    stream to finish a request, which no clock says: its ETA holds until the window opens. Before the
+    workers write (the module starting on the node), the plan's level time less the time gone, never
+    less than the window (a level running past the plan's time, its warm-up waiting for long requests,
+    its module slow to start on a loaded node, still shows what it has left)."""
+    window_s = max(0.0, float(window_s or 0))
+    totals = totals or {}
+    drain = float(totals.get("drain_s") or 0.0)
+    if totals.get("drain_left_s") is not None:
+        return float(totals["drain_left_s"]) + LEVEL_TAIL_S
+    if totals.get("window_left_s") is not None:
+        return float(totals["window_left_s"]) + drain + LEVEL_TAIL_S
+    if totals.get("warmup_left_s") is not None:
+        return float(totals["warmup_left_s"]) + window_s + drain + LEVEL_TAIL_S
+    return max(level_expected - level_elapsed, window_s + LEVEL_TAIL_S)
+
+
 def progress_record(host: str, mode: str, launch: int | None, launches: int | None, level_index: int,
                     levels: int, concurrency: int, phase: str, totals: dict | None, level_elapsed: float,
-                    level_expected: float, run_started: float | None, run_remaining: float, now: float) -> dict:
-    """One live progress record (and its line) while a level runs."""
+                    level_expected: float, run_started: float | None, run_remaining: float, now: float,
+                    window_s: float = 0.0) -> dict:
+    """One live progress record (and its line) while a level runs; its ETA is level_eta's."""
     tok_s = None
     if totals and level_elapsed > 0:
         tok_s = round(totals["tokens"] / level_elapsed, 1)
-    level_eta = max(0.0, level_expected - level_elapsed)
+    level_eta = level_eta_s(totals, level_elapsed, level_expected, window_s)
     run_elapsed = (now - run_started) if run_started else None
     run_eta = level_eta + (levels - level_index) * level_expected + run_remaining
     record = {
@@ -170,6 +199,8 @@ def progress_record(host: str, mode: str, launch: int | None, launches: int | No
         "level_elapsed_s": round(level_elapsed, 1), "level_eta_s": round(level_eta, 1),
         "run_elapsed_s": round(run_elapsed, 1) if run_elapsed is not None else None,
         "run_eta_s": round(run_eta, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "unix_s": round(now, 3),
+        **{key: (totals or {}).get(key) for key in ("warmup_left_s", "window_left_s", "drain_s", "drain_left_s")},
     }
     record["line"] = progress_text(record)
     return record
