@@ -12,6 +12,7 @@ import signal
 import time
 from pathlib import Path
 
+import markupsafe
 import pytest
 from compare_kit import RUN_TIMEOUT_S, node_vars, run_playbook
 from specbench_testkit import PlaybookRun, free_port, inventory, kill_node_servers, shared_run, start_playbook
@@ -88,6 +89,20 @@ def test_live_lines_in_output_events_and_jsonl(run):
     event_text = [ev.get("stdout", "") for ev in found.events]
     for rec in live + done:
         assert any(rec["line"] in text for text in event_text), rec["line"]
+
+
+def test_the_runs_html_report_shows_the_recommendation_once_in_a_browser(browser, run):
+    """report.html of this run in headless Chromium: the verdict's card first, holding report.md's Verdict
+    section, and no text shown twice (report_browser's checker), no console line, every plot shown."""
+    import report_browser
+
+    found, unused_records = run
+    page = Path(found.extravars["results_dir"]) / "live" / "node1" / "report.html"
+    seen = report_browser.check_page(page, report_browser.ARTIFACTS / "check-progress-run")
+    assert not seen["console"] and not seen["problems"], seen
+    assert seen["sections"][:2] == ["verdict", "plots"] and len(seen["images"]) >= 5, seen
+    summary = json.loads((page.parent / "summary.json").read_text())
+    assert page.read_text().count(str(markupsafe.escape(summary["recommendation"]))) == 1
 
 
 # ---------------------------------------------------------------------------------------------
