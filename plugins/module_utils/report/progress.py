@@ -135,14 +135,17 @@ def load_estimate(results_dir: str, host: str, engine: str, exclude_run: str = "
 def plan(host: str, engine: str, launches: list, settings: dict, results_dir: str, run_id: str) -> dict:
     """The launches in order with each one's expected seconds, their sum and how it was estimated.
 
-    ``launches``: [{"mode", "launch", "levels"}] in the order they run."""
+    ``launches``: [{"mode", "launch", "levels"}] in the order they run; ``"load": False`` for a sweep of a
+    server that already runs (no model load, no teardown). ``run_id`` empty: every launch on record is the
+    node's history (serve.yml's plan, of a finished run)."""
     load_s, load_how = load_estimate(results_dir, host, engine, exclude_run=run_id)
     per_level = level_seconds(settings)
     rows = []
     for item in launches:
         levels = list(item.get("levels") or [])
-        rows.append({"mode": item.get("mode"), "launch": item.get("launch"), "levels": levels,
-                     "expected_s": round(load_s + LAUNCH_OVERHEAD_S + per_level * len(levels), 1)})
+        load = item.get("load", True) not in (False, "false", "False")
+        rows.append({"mode": item.get("mode"), "launch": item.get("launch"), "levels": levels, "load": load,
+                     "expected_s": round((load_s + LAUNCH_OVERHEAD_S if load else 0) + per_level * len(levels), 1)})
     total = round(sum(r["expected_s"] for r in rows), 1)
     how = (f"per launch {load_s:.0f} s model load ({load_how}) + {LAUNCH_OVERHEAD_S:g} s teardown and checks; "
            f"per level {per_level:g} s ({settings.get('repeats') or 1} x ({float(settings.get('warmup_s') or 0):g} s "
@@ -235,13 +238,17 @@ def plan_lines(plan_fact: dict, header: dict) -> list[str]:
              f"{float(header.get('window_s') or 0):g} s"
              + (f" (adaptive to {float(header['window_max_s']):g} s)" if header.get("window_max_s") else "")
              + f"; progress every {header.get('interval_s'):g} s"]
+    if header.get("served"):
+        lines.append(f"{host} | plan | serves {header['served']}")
     if header.get("budget"):
         lines.append(f"{host} | plan | after the planned launches: {header['budget']}")
     n = len(plan_fact["launches"])
     for i, row in enumerate(plan_fact["launches"], 1):
-        lines.append(f"{host} | plan | launch {i}/{n}: {row['mode']}"
+        lines.append(f"{host} | plan | {'launch' if row.get('load', True) else 'sweep'} {i}/{n}: {row['mode']}"
                      + (f" (its launch {row['launch']})" if row.get("launch") else "")
                      + f", levels {row['levels']}, about {duration(row['expected_s'])}")
+    if not n:
+        lines.append(f"{host} | plan | nothing to launch or measure")
     lines.append(f"{host} | plan | expected wall time about {duration(plan_fact['expected_s'])} "
                  f"(the planned launches; added rounds not counted): {plan_fact['estimated_how']}")
     return lines
@@ -267,6 +274,9 @@ PLAN_ARGUMENT_SPEC.update({
     "resume": {"type": "bool", "default": False},
     "fingerprint": {"type": "dict", "default": {}},
     "complete": {"type": "bool", "default": False},
+    "run_state": {"type": "bool", "default": True},
+    "progress_dir": {"type": "path", "default": ""},
+    "served": {"type": "str", "default": ""},
 })
 
 
@@ -326,14 +336,20 @@ def start_attempt(run_dir: str, run_id: str, playbook: str, fingerprint: dict, r
                                 "the same inventory and variables as the interrupted run, or start a new run "
                                 "(another run_id, without resume)")
         attempts = list(state.get("attempts") or [])
+        if state.get("status") == "running" and attempts:
+            # Its last attempt never said how it ended: a SIGKILL (ansible-runner's cancel) or a crash.
+            attempts[-1].setdefault("ended", "stopped outright (no word from it: an AWX cancel, a kill or a crash)")
     else:
         if state is not None and state.get("status") == "incomplete":
             raise ProgressError(f"run {run_id} already exists in {run_dir} and is incomplete (interrupted): resume "
                                 f"it with -e resume=true ({resume_command(state)}), or give another run_id")
         attempts = []
     attempts.append({"attempt": len(attempts) + 1, "started_at": _now_iso()})
+    prior = state.get("status") if (resume and state) else None
     state = {"run_id": run_id, "playbook": playbook, "status": "running", "settings": fingerprint,
              "attempts": attempts}
+    if prior:
+        state["resumed_from"] = prior
     state["message"] = (f"running; if it stops before its end (Ctrl-C, an AWX cancel, a crash), the levels measured "
                         f"stay here and {resume_command(state)} resumes it")
     write_run_state(run_dir, state)

@@ -171,8 +171,11 @@ def test_resume_is_the_next_attempt_of_identical_settings(tmp_path):
     live.mark_incomplete(run_dir, "SIGTERM")
     state = live.start_attempt(run_dir, "r1", "compare", FP, resume=True)
     assert [a["attempt"] for a in state["attempts"]] == [1, 2] and live.current_attempt(run_dir) == 2
-    # A run killed outright (still "running") resumes too.
-    assert len(live.start_attempt(run_dir, "r1", "compare", FP, resume=True)["attempts"]) == 3
+    assert state["resumed_from"] == "incomplete" and state["attempts"][0]["ended"] == "SIGTERM"
+    # A run killed outright (still "running": an AWX cancel's SIGKILL) resumes too, saying so.
+    state = live.start_attempt(run_dir, "r1", "compare", FP, resume=True)
+    assert len(state["attempts"]) == 3 and state["resumed_from"] == "running"
+    assert state["attempts"][1]["ended"].startswith("stopped outright (no word from it: an AWX cancel")
     live.mark_complete(run_dir)
     assert live.read_run_state(run_dir)["status"] == "complete"
 
