@@ -1,8 +1,9 @@
 """Open a report.html in headless Chromium (Debian's package ``chromium``; .ci/run installs it):
 what the page logged to the console, what its images and sections hold, and a screenshot.
 
-Its problems: an image not shown or not inline, an empty section, a text shown twice (a paragraph,
-list item or definition repeated in another); the console lines are returned beside them. The
+Its problems: an image not shown or not inline, an empty section, the recommendation shown twice
+(repeated in another paragraph, list item, cell or definition); the console lines are returned
+beside them. The
 report has no script of its own. To read what a browser made of it (each <img>'s naturalWidth,
 each section's rendered text), ``check_page`` opens a copy with one checker script appended before
 </body>, which writes its findings into a ``data-check`` attribute that ``--dump-dom`` prints;
@@ -41,20 +42,13 @@ window.addEventListener("load", function () {
     sections.push(s.id);
     if (!body && !s.querySelector("img")) problems.push("empty section: " + s.id);
   }
-  // A text shown twice: a paragraph, list item or definition of 60 characters or more that another one,
-  // neither inside the other, repeats (the recommendation once in the card and once below it, say).
-  // (A nested list's items are each entry's details: two servers on one node name the same GPUs.)
-  var texts = [], blocks = document.querySelectorAll("p, li, dd, figcaption");
-  for (var m = 0; m < blocks.length; m++) {
-    var t = blocks[m].innerText.replace(/\s+/g, " ").trim();
-    if (t.length >= 60 && !blocks[m].matches("li li")) texts.push({el: blocks[m], text: t});
-  }
-  for (var a = 0; a < texts.length; a++) {
-    for (var b = 0; b < texts.length; b++) {
-      if (a === b || texts[a].el.contains(texts[b].el) || texts[b].el.contains(texts[a].el)) continue;
-      if (texts[b].text.indexOf(texts[a].text) >= 0 && (texts[a].text !== texts[b].text || a < b))
-        problems.push("shown twice: " + texts[a].text.slice(0, 80));
-    }
+  // The recommendation shown once: no other paragraph, list item, cell or definition repeats it.
+  var rec = document.querySelector(".recommendation"), blocks = document.querySelectorAll("p, li, dd, td, figcaption");
+  var said = rec ? rec.innerText.replace(/\s+/g, " ").trim() : "";
+  for (var m = 0; said.length >= 20 && m < blocks.length; m++) {
+    var el = blocks[m];
+    if (el === rec || el.contains(rec) || rec.contains(el)) continue;
+    if (el.innerText.replace(/\s+/g, " ").indexOf(said) >= 0) problems.push("recommendation shown twice: " + said.slice(0, 80));
   }
   var links = [], anchors = document.querySelectorAll("a[href]");
   for (var k = 0; k < anchors.length; k++) links.push(anchors[k].getAttribute("href"));

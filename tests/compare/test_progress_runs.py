@@ -37,18 +37,28 @@ def node1(node: Path, **more) -> dict:
     return node_vars(node, free_port(), time_scale=0.25, bench_concurrency=LEVELS, bench_warmup_s=1, **more)
 
 
-def progress_run(tmp_path_factory):
-    def build(tmp):
+def node_run(tmp_path_factory, name: str, build):
+    """shared_run of ``build(tmp, node)`` (a PlaybookRun) on an emulated node in ``tmp / "node"``, every server
+    the node recorded killed after it, whatever happened."""
+
+    def on_node(tmp):
         node = tmp / "node"
-        host = node1(node, bench_window_s=WINDOW_S, bench_progress_interval_s=5)
         try:
-            return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "live"},
-                                timeout=RUN_TIMEOUT_S)
+            return build(tmp, node)
         finally:
             kill_node_servers(node)
 
-    return shared_run(tmp_path_factory, "compare-progress", build)
+    return shared_run(tmp_path_factory, name, on_node)
+
+
+def progress_run(tmp_path_factory):
+    def build(tmp, node):
+        host = node1(node, bench_window_s=WINDOW_S, bench_progress_interval_s=5)
+        return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
+                            extravars={"results_dir": str(tmp / "results"), "run_id": "live"},
+                            timeout=RUN_TIMEOUT_S)
+
+    return node_run(tmp_path_factory, "compare-progress", build)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +114,7 @@ def test_live_lines_in_output_events_and_jsonl(run):
 
 def test_the_runs_html_report_shows_the_recommendation_once_in_a_browser(browser, run):
     """report.html of this run in headless Chromium: the verdict's card first, holding report.md's Verdict
-    section, and no text shown twice (report_browser's checker), no console line, every plot shown."""
+    section, the recommendation shown once (report_browser's checker), no console line, every plot shown."""
     import report_browser
 
     found, unused_records = run
@@ -124,21 +134,17 @@ def serve_run(tmp_path_factory, run):
     found, unused_records = run
     compared = Path(found.extravars["results_dir"]) / "live"
 
-    def build(tmp):
-        node = tmp / "node"
+    def build(tmp, node):
         # The run copied: serve.yml writes serve.json and re-renders the report in its own copy.
         shutil.copytree(compared, tmp / "results" / "live")
         host = node1(node, bench_window_s=WINDOW_S, bench_progress_interval_s=5)
-        try:
-            # serve.yml's default (the suite pins it off): the proof's references measured again, launches of their own.
-            return run_playbook(tmp, "playbooks/serve.yml", inventory({"node1": host}),
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "live",
-                                           "serve_measure_references": True},
-                                timeout=RUN_TIMEOUT_S)
-        finally:
-            kill_node_servers(node)
+        # serve.yml's default (the suite pins it off): the proof's references measured again, launches of their own.
+        return run_playbook(tmp, "playbooks/serve.yml", inventory({"node1": host}),
+                            extravars={"results_dir": str(tmp / "results"), "run_id": "live",
+                                       "serve_measure_references": True},
+                            timeout=RUN_TIMEOUT_S)
 
-    served, tmp = shared_run(tmp_path_factory, "serve-progress", build)
+    served, tmp = node_run(tmp_path_factory, "serve-progress", build)
     return served, tmp / "results" / "live", compared
 
 
@@ -181,22 +187,18 @@ ETA_WINDOW_S = 10
 
 @pytest.fixture(scope="module")
 def long_level(tmp_path_factory):
-    def build(tmp):
-        node = tmp / "node"
+    def build(tmp, node):
         # Time scale 1 (about 90 tok/s a stream) and 768-token outputs: a request takes about 8 s, so the
         # warm-up (1 s, and until each of the 2 streams finished a request) ends well after its 1 s and the
         # level outlives the plan's 1 + 10 + 3 s. One measurement of the level (no saturated retry).
         host = node_vars(node, free_port(), time_scale=1.0, bench_concurrency=[2], bench_warmup_s=1,
                          bench_window_s=ETA_WINDOW_S, bench_output_len=768, bench_progress_interval_s=5,
                          bench_saturated_retries=0)
-        try:
-            return run_playbook(tmp, "playbooks/bench.yml", inventory({"node1": host}),
-                                extravars={"results_dir": str(tmp / "results"), "run_id": "eta", "mode": "baseline"},
-                                timeout=RUN_TIMEOUT_S)
-        finally:
-            kill_node_servers(node)
+        return run_playbook(tmp, "playbooks/bench.yml", inventory({"node1": host}),
+                            extravars={"results_dir": str(tmp / "results"), "run_id": "eta", "mode": "baseline"},
+                            timeout=RUN_TIMEOUT_S)
 
-    found, tmp = shared_run(tmp_path_factory, "bench-long-level", build)
+    found, tmp = node_run(tmp_path_factory, "bench-long-level", build)
     assert found.rc == 0, found.stdout[-4000:]
     run_dir = tmp / "results" / "eta"
     records = [json.loads(line) for line in (run_dir / "progress.jsonl").read_text().splitlines()]
@@ -278,30 +280,26 @@ def wait_levels(path: Path, count: int, thread, timeout: float = 400) -> dict:
 
 
 def interrupted_run(tmp_path_factory):
-    def build(tmp):
-        node = tmp / "node"
+    def build(tmp, node):
         host = node1(node, bench_window_s=3)
         extravars = {"results_dir": str(tmp / "results"), "run_id": "cut"}
         host_dir = tmp / "results" / "cut" / "node1"
-        try:
-            thread, runner, pdd = start_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}), extravars,
-                                                 home=tmp / "home", name="runner-cut", timeout=RUN_TIMEOUT_S)
-            pid = playbook_pid(pdd)
-            wait_levels(host_dir / "eagle3.json", 1, thread)
-            os.kill(pid, signal.SIGINT)  # Ctrl-C, during eagle3's second level
-            thread.join(120)
-            assert not thread.is_alive(), "ansible-playbook went on after SIGINT"
-            cut = PlaybookRun.of(runner, pdd, extravars)
-            kept = {name: json.loads((host_dir / f"{name}.json").read_text()) for name in ("baseline", "eagle3")}
-            state = json.loads((tmp / "results" / "cut" / "run-state.json").read_text())
-            (tmp / "cut.json").write_text(json.dumps({"rc": cut.rc, "status": cut.status, "stdout": cut.stdout,
-                                                      "kept": kept, "state": state}))
-            return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
-                                dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
-        finally:
-            kill_node_servers(node)
+        thread, runner, pdd = start_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}), extravars,
+                                             home=tmp / "home", name="runner-cut", timeout=RUN_TIMEOUT_S)
+        pid = playbook_pid(pdd)
+        wait_levels(host_dir / "eagle3.json", 1, thread)
+        os.kill(pid, signal.SIGINT)  # Ctrl-C, during eagle3's second level
+        thread.join(120)
+        assert not thread.is_alive(), "ansible-playbook went on after SIGINT"
+        cut = PlaybookRun.of(runner, pdd, extravars)
+        kept = {name: json.loads((host_dir / f"{name}.json").read_text()) for name in ("baseline", "eagle3")}
+        state = json.loads((tmp / "results" / "cut" / "run-state.json").read_text())
+        (tmp / "cut.json").write_text(json.dumps({"rc": cut.rc, "status": cut.status, "stdout": cut.stdout,
+                                                  "kept": kept, "state": state}))
+        return run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
+                            dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
 
-    return shared_run(tmp_path_factory, "compare-interrupted", build)
+    return node_run(tmp_path_factory, "compare-interrupted", build)
 
 
 @pytest.fixture(scope="module")
@@ -369,8 +367,7 @@ def server_records(node: Path) -> list[dict]:
 
 
 def cancelled_run(tmp_path_factory):
-    def build(tmp):
-        node = tmp / "node"
+    def build(tmp, node):
         # One launch per mode, no added one (COMPARE_PINNED: the suite's pins); 8-s windows: the cancel, once the
         # first level is on disk, lands during the second (ansible-runner asks its callback every few seconds).
         host = node1(node, bench_window_s=8)
@@ -383,33 +380,30 @@ def cancelled_run(tmp_path_factory):
             except (OSError, ValueError):
                 return False
 
-        try:
-            thread, runner, pdd = start_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}), extravars,
-                                                 home=tmp / "home", name="runner-awx", timeout=RUN_TIMEOUT_S,
-                                                 cancel_callback=cancel)
-            thread.join(RUN_TIMEOUT_S)
-            assert not thread.is_alive(), "the cancelled run went on"
-            cut = PlaybookRun.of(runner, pdd, extravars)
-            # The task's worker outlives the SIGKILL (its own session): it notices the playbook gone within a
-            # second and files what it measured; wait for its word (bounded), as the next job would find it.
-            state_path = tmp / "results" / "awx" / "run-state.json"
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and json.loads(state_path.read_text())["status"] == "running":
-                time.sleep(0.2)
-            kept = {p.stem: json.loads(p.read_text()) for p in host_dir.glob("*.json") if p.stem in ("baseline", "eagle3")}
-            left = server_records(node)
-            (tmp / "cancelled.json").write_text(json.dumps({
-                "status": runner.status, "rc": cut.rc, "stdout": cut.stdout, "kept": kept, "servers": left,
-                "state": json.loads((tmp / "results" / "awx" / "run-state.json").read_text())}))
-            resumed = run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
-                                   dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
-            (tmp / "after.json").write_text(json.dumps({"servers": server_records(node), "left": [
-                s["pid"] for s in left if s["alive"] and alive(s["pid"])]}))
-            return resumed
-        finally:
-            kill_node_servers(node)
+        thread, runner, pdd = start_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}), extravars,
+                                             home=tmp / "home", name="runner-awx", timeout=RUN_TIMEOUT_S,
+                                             cancel_callback=cancel)
+        thread.join(RUN_TIMEOUT_S)
+        assert not thread.is_alive(), "the cancelled run went on"
+        cut = PlaybookRun.of(runner, pdd, extravars)
+        # The task's worker outlives the SIGKILL (its own session): it notices the playbook gone within a
+        # second and files what it measured; wait for its word (bounded), as the next job would find it.
+        state_path = tmp / "results" / "awx" / "run-state.json"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and json.loads(state_path.read_text())["status"] == "running":
+            time.sleep(0.2)
+        kept = {p.stem: json.loads(p.read_text()) for p in host_dir.glob("*.json") if p.stem in ("baseline", "eagle3")}
+        left = server_records(node)
+        (tmp / "cancelled.json").write_text(json.dumps({
+            "status": runner.status, "rc": cut.rc, "stdout": cut.stdout, "kept": kept, "servers": left,
+            "state": json.loads((tmp / "results" / "awx" / "run-state.json").read_text())}))
+        resumed = run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
+                               dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
+        (tmp / "after.json").write_text(json.dumps({"servers": server_records(node), "left": [
+            s["pid"] for s in left if s["alive"] and alive(s["pid"])]}))
+        return resumed
 
-    return shared_run(tmp_path_factory, "compare-cancelled", build)
+    return node_run(tmp_path_factory, "compare-cancelled", build)
 
 
 @pytest.fixture(scope="module")
