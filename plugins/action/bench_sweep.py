@@ -44,7 +44,8 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_client im
 MODULE = "specbench.core.bench_sweep"
 SETTINGS = tuple(k for k in DEFAULTS if k != "prompts") + ("prompts_file",)
 OWN = ("mode", "engine", "run_id", "results_file", "server", "validate_only", "output_match_prompts",
-       "output_match_tokens", "progress_interval_s", "launch", "launches", "run_started", "plan", "resume")
+       "output_match_tokens", "progress_interval_s", "launch", "launches", "run_started", "plan", "resume",
+       "progress_dir")
 MODE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESULTS_SCHEMA = "specbench.bench_sweep/1"
 
@@ -112,7 +113,15 @@ def no_level_reason(res: dict) -> str:
 
 
 class Interrupted(Exception):
-    """SIGINT or SIGTERM during the sweep (its text: the signal's name)."""
+    """SIGINT or SIGTERM during the sweep (its text: the signal's name), or ansible-playbook gone."""
+
+
+# ansible-runner's cancel (AWX's) sends SIGKILL to ansible-playbook's process group
+# (ansible_runner/runner.py, Runner.handle_termination: os.killpg(pgroup, signal.SIGKILL)), but the
+# task's worker is not in it: ansible-core's WorkerProcess._detach (ansible/executor/process/worker.py)
+# calls os.setsid(). Left alone, the worker would measure the mode's remaining levels after the cancel
+# and file them as complete; it notices its parent gone instead (os.getppid() changes) and stops.
+PLAYBOOK_GONE = "SIGKILL of ansible-playbook (an AWX cancel or a kill: the playbook is gone)"
 
 
 def _resumable(results_file: str, mode: str) -> dict | None:
@@ -151,6 +160,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         del tmp
+        self._playbook_pid = os.getppid()  # the worker's parent: ansible-playbook
         task_vars = task_vars or {}
         args = dict(self._task.args)
         raw = {k: args[k] for k in SETTINGS if k in args}
@@ -235,12 +245,17 @@ class ActionModule(ActionBase):
 
         worker = threading.Thread(target=call, name="bench_sweep-level", daemon=True)
         started = time.monotonic()
+        next_tick = started + tick.interval
         worker.start()
         while True:
-            worker.join(tick.interval)
+            worker.join(min(1.0, max(0.0, next_tick - time.monotonic())))
             if not worker.is_alive():
                 break
-            tick(self._node_progress(margs["progress_path"]), time.monotonic() - started)
+            if os.getppid() != getattr(self, "_playbook_pid", os.getppid()):
+                raise Interrupted(PLAYBOOK_GONE)  # the level in flight is not kept
+            if time.monotonic() >= next_tick:
+                next_tick += tick.interval
+                tick(self._node_progress(margs["progress_path"]), time.monotonic() - started)
         if "exc" in box:
             raise box["exc"]
         return box["res"]
@@ -253,6 +268,8 @@ class ActionModule(ActionBase):
             server_fact = {}
         public = public_settings(settings)
         run_dir = os.path.dirname(os.path.dirname(os.path.abspath(results_file)))
+        # progress.jsonl: the run's folder, or the one the playbook gives (serve.yml: the host's serve folder).
+        progress_dir = args.get("progress_dir") or run_dir
         attempt = live.current_attempt(run_dir)
         full_levels = list(settings["concurrency"])
         # A resumed run (resume=true): the levels this launch's file already holds are kept, with their attempt,
@@ -316,16 +333,16 @@ class ActionModule(ActionBase):
                 pass
         try:
             return self._sweep_run(result, task_vars, args, settings, mode, results_file, host, match, interval, doc,
-                                   save, finish, secrets, server_fact, engine, run_dir, attempt, full_levels)
+                                   save, finish, secrets, server_fact, engine, progress_dir, attempt, full_levels)
         except Interrupted as exc:
-            # Ctrl-C (SIGINT) or an AWX cancel (SIGTERM): what was measured stays on disk, the file and the run
+            # Ctrl-C (SIGINT) or a SIGTERM (a kill, a stop): what was measured stays on disk, the file and the run
             # marked incomplete, with how to resume it; a second signal does not cut these writes short.
             for sig in handlers:
                 signal.signal(sig, signal.SIG_IGN)
             finish("interrupted", f"interrupted by {exc} after {len(doc['levels'])} of {len(full_levels)} levels")
             message = live.mark_incomplete(run_dir, f"{exc} during {mode} on {host}")
             try:
-                live.append_record(run_dir, {"event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
+                live.append_record(progress_dir, {"event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
                                              "levels_on_disk": [lv.get("concurrency") for lv in doc["levels"]],
                                              "line": message, "time": now_iso()})
             except OSError:
@@ -338,7 +355,7 @@ class ActionModule(ActionBase):
                 signal.signal(sig, handler)
 
     def _sweep_run(self, result, task_vars, args, settings, mode, results_file, host, match, interval, doc, save,
-                   finish, secrets, server_fact, engine, run_dir, attempt, full_levels):
+                   finish, secrets, server_fact, engine, progress_dir, attempt, full_levels):
         try:
             save()
             # The probe also sends the output match's prompts (one module call, before the first warmup).
@@ -387,9 +404,9 @@ class ActionModule(ActionBase):
 
             def record(rec):
                 try:
-                    live.append_record(run_dir, rec)
+                    live.append_record(progress_dir, rec)
                 except OSError as exc:
-                    self._display.warning(f"{host}: cannot append to {run_dir}/{live.PROGRESS_FILE}: {exc}")
+                    self._display.warning(f"{host}: cannot append to {progress_dir}/{live.PROGRESS_FILE}: {exc}")
 
             def measure(concurrency, run_settings):  # one level, measured by the module on the node
                 # (measured once there: the loop here measures a saturated level again, as the same level)
@@ -400,9 +417,11 @@ class ActionModule(ActionBase):
 
                 def tick(totals, elapsed):
                     phase = "window" if totals and totals["window"] else "warm-up"
+                    if totals and totals.get("drain_left_s") is not None:
+                        phase = "draining"  # the window over, its requests in flight finishing
                     rec = live.progress_record(host, mode, launch, launches, position["index"], levels_total,
                                                concurrency, phase, totals, elapsed, per_level, run_started,
-                                               remaining, time.time())
+                                               remaining, time.time(), window_s=settings["window_s"])
                     record(rec)
                     self._display.display(rec["line"])
 
@@ -427,7 +446,7 @@ class ActionModule(ActionBase):
                         "level": position["index"], "levels": levels_total, "concurrency": level.get("concurrency"),
                         "error": level.get("error"), "line": line,
                         "run_elapsed_s": round(now - run_started, 1) if run_started else None,
-                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
+                        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)), "unix_s": round(now, 3)})
                 if level.get("error"):
                     self._display.warning(f"{host}: {level['error']}")
 

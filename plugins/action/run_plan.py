@@ -26,6 +26,7 @@ class ActionModule(ActionBase):
         unused_validation, args = self.validate_argument_spec(argument_spec=live.PLAN_ARGUMENT_SPEC)
         host = (task_vars or {}).get("inventory_hostname", "localhost")
         run_dir = os.path.join(args["results_dir"], args["run_id"])
+        progress_dir = args["progress_dir"] or run_dir
         if args["complete"]:  # the run's end: its state complete (a resumed run's attempts kept)
             if self._task.check_mode:
                 return dict(result, changed=False, msg="check mode: the run's state is not written")
@@ -37,8 +38,10 @@ class ActionModule(ActionBase):
         except live.ProgressError as exc:
             return dict(result, failed=True, msg=str(exc))
         settings = {"warmup_s": args["warmup_s"], "window_s": args["window_s"], "repeats": args["repeats"]}
-        plan = live.plan(host, args["engine"], args["launches"], settings, args["results_dir"], args["run_id"])
-        header = {k: args[k] for k in ("playbook", "hosts", "modes", "warmup_s", "window_s", "budget")}
+        # A plan with no run state of its own (serve.yml's) counts the run's own launches as the node's history.
+        plan = live.plan(host, args["engine"], args["launches"], settings, args["results_dir"],
+                         args["run_id"] if args["run_state"] else "")
+        header = {k: args[k] for k in ("playbook", "hosts", "modes", "warmup_s", "window_s", "budget", "served")}
         header.update(interval_s=interval, window_max_s=args["window_max_s"] or None)
         lines = live.plan_lines(plan, header)
         for line in lines:
@@ -46,7 +49,7 @@ class ActionModule(ActionBase):
         state = None
         # The run's state once per run: the play's first host writes it (the others only print their plan).
         first = ((task_vars or {}).get("ansible_play_hosts") or [host])[0] == host
-        if not self._task.check_mode and first:
+        if not self._task.check_mode and first and args["run_state"]:
             try:
                 state = live.start_attempt(run_dir, args["run_id"], args["playbook"], args["fingerprint"],
                                            args["resume"])
@@ -58,6 +61,13 @@ class ActionModule(ActionBase):
             more = [f"{host} | plan | if this run stops before its end (Ctrl-C, an AWX cancel), what it measured stays "
                     f"in {run_dir} and {live.resume_command(state)} resumes it (same inventory and settings)"]
             if attempt > 1:
+                if state.get("resumed_from") == "running":
+                    # ansible-runner's cancel (AWX's) is a SIGKILL to ansible-playbook's process group
+                    # (ansible_runner/runner.py, Runner.handle_termination: os.killpg(pgroup, signal.SIGKILL)):
+                    # the run could not mark itself incomplete, so its state still reads running.
+                    more.append(f"{host} | plan | run {args['run_id']} still read running: it was stopped outright (an "
+                                "AWX cancel, a kill or a crash leave no word), so it is resumed as interrupted; what "
+                                "its levels measured is on disk, and this attempt's teardown stops any server it left")
                 more.append(f"{host} | plan | resuming run {args['run_id']}, attempt {attempt}: launches whose levels "
                             "are all on disk are kept, the others measure only their missing levels")
             for line in more:
@@ -66,13 +76,13 @@ class ActionModule(ActionBase):
         if not self._task.check_mode:
             now = time.time()
             try:
-                live.append_record(os.path.join(args["results_dir"], args["run_id"]),
+                live.append_record(progress_dir,
                                    {"event": "plan", "host": host, "playbook": args["playbook"], "plan": plan,
                                     "header": header, "lines": lines,
                                     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))})
             except OSError as exc:
-                return dict(result, failed=True, msg=f"cannot write the plan to {args['results_dir']}/"
-                                                     f"{args['run_id']}/{live.PROGRESS_FILE}: {exc}")
+                return dict(result, failed=True, msg=f"cannot write the plan to {progress_dir}/{live.PROGRESS_FILE}: "
+                                                     f"{exc}")
         result.update(changed=False, plan=plan, lines=lines, ansible_facts={"specbench_plan": plan}, run_state=state,
                       msg=f"expected wall time about {live.duration(plan['expected_s'])}")
         return result

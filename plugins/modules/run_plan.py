@@ -14,6 +14,9 @@ description:
   - At the start of bench.yml and compare.yml, per host, the hosts, the modes, the launches in the order they run
     with each one's levels, the warm-up and window, the budget for added rounds, and the expected wall time with
     how it was estimated.
+  - At the start of serve.yml's launches, per host, the configuration served, the references measured again (or
+    not), the proof's levels, window and warm-up, what happens should the proof find it clearly slower, and the
+    expected wall time (I(run_state=false), I(progress_dir) the host's C(serve/) folder).
   - The model load is the median of the node's last launches of the engine on record in I(results_dir) (their
     results files' C(server.ready_s)), else a stated default per engine (emulator 10 s, vLLM 120 s, SGLang 300 s).
   - The lines go to the playbook's output (so to ansible-runner's and AWX's job events) and, as one C(plan) record,
@@ -28,7 +31,7 @@ extends_documentation_fragment:
   - specbench.core.attributes
 options:
   playbook:
-    description: The playbook's name in the lines (bench, compare).
+    description: The playbook's name in the lines (bench, compare, serve).
     type: str
     required: true
   results_dir:
@@ -54,7 +57,9 @@ options:
     elements: str
     default: []
   launches:
-    description: The launches in the order they run, each C({mode, launch, levels}).
+    description:
+      - The launches in the order they run, each C({mode, launch, levels}); C(load=false) for a sweep of a server that
+        already runs (no model load counted).
     type: list
     elements: dict
     default: []
@@ -101,6 +106,21 @@ options:
     description: Mark the run complete in its run-state.json (the playbook's last step); nothing is printed.
     type: bool
     default: false
+  run_state:
+    description:
+      - Write the run's state (run-state.json, attempts, resume) as bench.yml and compare.yml do. C(false) for a plan
+        with no state of its own (serve.yml's, of a finished run) writes nothing but the plan record, and the
+        launches of I(run_id) count as the node's history for the model load's estimate.
+    type: bool
+    default: true
+  progress_dir:
+    description: The folder whose progress.jsonl gets the plan record; empty is C(<results_dir>/<run_id>).
+    type: path
+    default: ""
+  served:
+    description: What serve.yml serves there (the configuration, its proof, the launcher), a line of the plan.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full

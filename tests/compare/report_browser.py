@@ -1,7 +1,10 @@
 """Open a report.html in headless Chromium (Debian's package ``chromium``; .ci/run installs it):
 what the page logged to the console, what its images and sections hold, and a screenshot.
 
-The report has no script of its own. To read what a browser made of it (each <img>'s naturalWidth,
+Its problems: an image not shown or not inline, an empty section, the recommendation shown twice
+(repeated in another paragraph, list item, cell or definition); the console lines are returned
+beside them. The
+report has no script of its own. To read what a browser made of it (each <img>'s naturalWidth,
 each section's rendered text), ``check_page`` opens a copy with one checker script appended before
 </body>, which writes its findings into a ``data-check`` attribute that ``--dump-dom`` prints;
 the console is read from Chromium's log (``--enable-logging=stderr --v=1``: every console message,
@@ -23,7 +26,7 @@ from pathlib import Path
 ARTIFACTS = Path(__file__).resolve().parents[1] / ".tmp" / "report-html"
 NOT_INSTALLED = "chromium is not installed and cannot be installed here"
 
-CHECKER = """<script>
+CHECKER = r"""<script>
 window.addEventListener("load", function () {
   var problems = [], images = [], sections = [];
   for (var i = 0; i < document.images.length; i++) {
@@ -38,6 +41,14 @@ window.addEventListener("load", function () {
     var body = h ? text.slice(h.innerText.trim().length).trim() : text;
     sections.push(s.id);
     if (!body && !s.querySelector("img")) problems.push("empty section: " + s.id);
+  }
+  // The recommendation shown once: no other paragraph, list item, cell or definition repeats it.
+  var rec = document.querySelector(".recommendation"), blocks = document.querySelectorAll("p, li, dd, td, figcaption");
+  var said = rec ? rec.innerText.replace(/\s+/g, " ").trim() : "";
+  for (var m = 0; said.length >= 20 && m < blocks.length; m++) {
+    var el = blocks[m];
+    if (el === rec || el.contains(rec) || rec.contains(el)) continue;
+    if (el.innerText.replace(/\s+/g, " ").indexOf(said) >= 0) problems.push("recommendation shown twice: " + said.slice(0, 80));
   }
   var links = [], anchors = document.querySelectorAll("a[href]");
   for (var k = 0; k < anchors.length; k++) links.push(anchors[k].getAttribute("href"));

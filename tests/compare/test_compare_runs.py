@@ -151,17 +151,6 @@ def test_the_report_shows_confounders_first_both_plots_and_the_recommendation(ac
     assert "kimi is not pooled: its own kind" in (run_dir / "index.md").read_text()
 
 
-@pytest.fixture(scope="session")
-def browser():
-    """Chromium, installed where it is missing and can be (report_browser.ensure_chromium); the tests
-    that need it skip, saying why, only where it cannot be (a skip CI refuses: .ci/run installs it).
-    Session-scoped, so it is settled before the runs the tests read."""
-    found, why = report_browser.ensure_chromium()
-    if not found:
-        pytest.skip(why)
-    return found
-
-
 def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(browser, accuracy_run):
     """Each host's report.html and the run's index.html in headless Chromium: no console message,
     every plot shown from its inline data, no empty section, the index's links to each report
@@ -175,8 +164,8 @@ def test_the_html_reports_open_in_a_browser_whole_with_every_plot_and_section(br
         assert not found["problems"], found["problems"]
         plots = summary(run_dir, host)["files"]["plots"]
         assert len(found["images"]) == len(plots) >= 5, (found["images"], plots)  # the latency and terms plots too
-        assert found["sections"][:3] == ["verdict-first", "verdict", "plots"], found["sections"]
-        assert found["sections"][3].startswith("confounders-"), found["sections"]
+        assert found["sections"][:2] == ["verdict", "plots"], found["sections"]  # the card holds the Verdict
+        assert found["sections"][2].startswith("confounders-"), found["sections"]
         assert any(s.endswith("-against-baseline-per-level") for s in found["sections"]), found["sections"]
         text = page.read_text()
         assert '<blockquote class="emulated">' in text and "<script" not in text
@@ -334,7 +323,7 @@ def test_an_incomplete_hosts_html_report_opens_whole_and_says_so_first(browser, 
     page = run_dir / "faulty" / "report.html"
     found = report_browser.check_page(page, report_browser.ARTIFACTS / "check-faulty")
     assert not found["console"] and not found["problems"] and not found["images"], found
-    assert "plots" not in found["sections"] and found["sections"][:2] == ["verdict-first", "verdict"], found["sections"]
+    assert "plots" not in found["sections"] and found["sections"][:1] == ["verdict"], found["sections"]
     text = page.read_text()
     assert text.index('<blockquote class="incomplete">') < text.index('class="card incomplete"')
     verdicts = {lv["verdict"] for lv in summary(run_dir, "faulty")["comparisons"]["ngram"]["levels"]}

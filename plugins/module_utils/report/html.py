@@ -39,9 +39,9 @@ FIGURE_CAPTIONS = {
               "emulator's power model on emulated GPUs)",
 }
 VERDICTS = ("pays", "loses", "unclear", "failed", "saturated", "missing")
-# Sections first in report.html (verdict first), by the start of their report.md heading; the
-# others follow in report.md's order.
-FIRST = ("Verdict", "Plots", "Confounders")
+# Sections first in report.html after the verdict's card (report.md's Verdict section, in it), by the
+# start of their report.md heading; the others follow in report.md's order.
+FIRST = ("Plots", "Confounders")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 _CODE = re.compile(r"`([^`]*)`")
@@ -232,6 +232,24 @@ def figures(images: dict[str, bytes], titles: dict[str, str]) -> list[dict]:
     return out
 
 
+# report.md's Verdict items that the card shows in its own form (the recommendation on top, the regions
+# as chips): left out of the card's copy of that section, so that each is shown once.
+CARD_ITEMS = ("**Recommendation**", "**Regions**")
+
+
+def card_blocks(blocks: list[dict]) -> list[dict]:
+    """report.md's Verdict section for the card: without the items the card already shows."""
+    out = []
+    for block in blocks:
+        if block["kind"] != "list":
+            out.append(block)
+            continue
+        items = [item for item in block["items"] if not item["text"].startswith(CARD_ITEMS)]
+        if items:
+            out.append(dict(block, items=items))
+    return out
+
+
 def render_html(summary: dict, markdown: str, images: dict[str, bytes] | None = None, titles: dict | None = None,
                 generated: str | None = None) -> str:
     """report.html of one host: ``markdown`` is the host's report.md (render_markdown of ``summary``),
@@ -239,9 +257,13 @@ def render_html(summary: dict, markdown: str, images: dict[str, bytes] | None = 
     from markupsafe import Markup
 
     title, preamble, md_sections = split_sections(markdown)
-    used: set = set()
+    used: set = {"verdict"}  # the card's id
     sections = []
+    verdict_blocks = []
     for name, lines in md_sections:
+        if name == "Verdict":  # in the card, verdict and recommendation first, once
+            verdict_blocks = card_blocks(markdown_blocks(lines))
+            continue
         section = {"id": _slug(name, used), "title": name, "blocks": markdown_blocks(lines), "figures": None}
         if name == "Plots":
             section["figures"] = figures(images or {}, titles or {})
@@ -255,7 +277,7 @@ def render_html(summary: dict, markdown: str, images: dict[str, bytes] | None = 
     crossover = summary.get("crossover_concurrency")
     return _environment().get_template("report.html").render(
         title=title or f"Speculative decoding A/B: {summary.get('host')}", preamble=markdown_blocks(preamble),
-        sections=sections, summary=summary, bracket=bracket_text,
+        sections=sections, summary=summary, bracket=bracket_text, verdict_blocks=verdict_blocks,
         crossover=fmt_conc(crossover) if crossover is not None else "-", style=Markup(STYLE), generated=generated)
 
 

@@ -22,6 +22,8 @@ INTERVAL_FLOOR_S = 5.0
 INTERVAL_MAX_S = 600.0
 # Per level, beyond its warmup and window: the module's start on the node, the probe, the summary.
 LEVEL_OVERHEAD_S = 3.0
+# Of it, after the window closes: the requests cut, the summary, the module's return.
+LEVEL_TAIL_S = 1.0
 # Per launch, beyond the model load: the teardown before and after it and the scripts' check.
 LAUNCH_OVERHEAD_S = 15.0
 # A model load with no launch of this engine on record for the node (engine -> seconds).
@@ -83,6 +85,11 @@ def worker_totals(text: str) -> dict | None:
         for key in ("ok", "failed", "tokens"):
             totals[key] += int(rec.get(key) or 0)
         totals["window"] = totals["window"] or bool(rec.get("window"))
+        for key in ("window_left_s", "warmup_left_s", "drain_s", "drain_left_s"):  # the level's: the latest worker's
+            if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
+                totals[key] = max(float(rec[key]), totals.get(key) or 0.0)
+    if "window_left_s" in totals:
+        totals.pop("warmup_left_s", None)  # one worker already in the window: the level is
     return totals if totals["workers"] else None
 
 
@@ -128,14 +135,17 @@ def load_estimate(results_dir: str, host: str, engine: str, exclude_run: str = "
 def plan(host: str, engine: str, launches: list, settings: dict, results_dir: str, run_id: str) -> dict:
     """The launches in order with each one's expected seconds, their sum and how it was estimated.
 
-    ``launches``: [{"mode", "launch", "levels"}] in the order they run."""
+    ``launches``: [{"mode", "launch", "levels"}] in the order they run; ``"load": False`` for a sweep of a
+    server that already runs (no model load, no teardown). ``run_id`` empty: every launch on record is the
+    node's history (serve.yml's plan, of a finished run)."""
     load_s, load_how = load_estimate(results_dir, host, engine, exclude_run=run_id)
     per_level = level_seconds(settings)
     rows = []
     for item in launches:
         levels = list(item.get("levels") or [])
-        rows.append({"mode": item.get("mode"), "launch": item.get("launch"), "levels": levels,
-                     "expected_s": round(load_s + LAUNCH_OVERHEAD_S + per_level * len(levels), 1)})
+        load = item.get("load", True) not in (False, "false", "False")
+        rows.append({"mode": item.get("mode"), "launch": item.get("launch"), "levels": levels, "load": load,
+                     "expected_s": round((load_s + LAUNCH_OVERHEAD_S if load else 0) + per_level * len(levels), 1)})
     total = round(sum(r["expected_s"] for r in rows), 1)
     how = (f"per launch {load_s:.0f} s model load ({load_how}) + {LAUNCH_OVERHEAD_S:g} s teardown and checks; "
            f"per level {per_level:g} s ({settings.get('repeats') or 1} x ({float(settings.get('warmup_s') or 0):g} s "
@@ -152,14 +162,36 @@ def remaining_after(plan_fact: dict | None, launch: int | None) -> float:
     return float(sum(r.get("expected_s") or 0 for r in rows[int(launch):]))
 
 
+def level_eta_s(totals: dict | None, level_elapsed: float, level_expected: float, window_s: float) -> float:
+    """Seconds left in a level, from what its client workers last wrote (once a second) on the node
+    (worker.Worker._write_progress): once the window is over, the requests in flight draining; while
+    it is open, its seconds left and the drain expected after it; before, the warm-up's minimum left,
+    the window and the drain; plus LEVEL_TAIL_S for the summary. The warm-up also waits for every
+    stream to finish a request, which no clock says: its ETA holds until the window opens. Before the
+    workers write (the module starting on the node), the plan's level time less the time gone, never
+    less than the window (a level running past the plan's time, its warm-up waiting for long requests,
+    its module slow to start on a loaded node, still shows what it has left)."""
+    window_s = max(0.0, float(window_s or 0))
+    totals = totals or {}
+    drain = float(totals.get("drain_s") or 0.0)
+    if totals.get("drain_left_s") is not None:
+        return float(totals["drain_left_s"]) + LEVEL_TAIL_S
+    if totals.get("window_left_s") is not None:
+        return float(totals["window_left_s"]) + drain + LEVEL_TAIL_S
+    if totals.get("warmup_left_s") is not None:
+        return float(totals["warmup_left_s"]) + window_s + drain + LEVEL_TAIL_S
+    return max(level_expected - level_elapsed, window_s + LEVEL_TAIL_S)
+
+
 def progress_record(host: str, mode: str, launch: int | None, launches: int | None, level_index: int,
                     levels: int, concurrency: int, phase: str, totals: dict | None, level_elapsed: float,
-                    level_expected: float, run_started: float | None, run_remaining: float, now: float) -> dict:
-    """One live progress record (and its line) while a level runs."""
+                    level_expected: float, run_started: float | None, run_remaining: float, now: float,
+                    window_s: float = 0.0) -> dict:
+    """One live progress record (and its line) while a level runs; its ETA is level_eta's."""
     tok_s = None
     if totals and level_elapsed > 0:
         tok_s = round(totals["tokens"] / level_elapsed, 1)
-    level_eta = max(0.0, level_expected - level_elapsed)
+    level_eta = level_eta_s(totals, level_elapsed, level_expected, window_s)
     run_elapsed = (now - run_started) if run_started else None
     run_eta = level_eta + (levels - level_index) * level_expected + run_remaining
     record = {
@@ -170,6 +202,8 @@ def progress_record(host: str, mode: str, launch: int | None, launches: int | No
         "level_elapsed_s": round(level_elapsed, 1), "level_eta_s": round(level_eta, 1),
         "run_elapsed_s": round(run_elapsed, 1) if run_elapsed is not None else None,
         "run_eta_s": round(run_eta, 1), "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+        "unix_s": round(now, 3),
+        **{key: (totals or {}).get(key) for key in ("warmup_left_s", "window_left_s", "drain_s", "drain_left_s")},
     }
     record["line"] = progress_text(record)
     return record
@@ -204,13 +238,17 @@ def plan_lines(plan_fact: dict, header: dict) -> list[str]:
              f"{float(header.get('window_s') or 0):g} s"
              + (f" (adaptive to {float(header['window_max_s']):g} s)" if header.get("window_max_s") else "")
              + f"; progress every {header.get('interval_s'):g} s"]
+    if header.get("served"):
+        lines.append(f"{host} | plan | serves {header['served']}")
     if header.get("budget"):
         lines.append(f"{host} | plan | after the planned launches: {header['budget']}")
     n = len(plan_fact["launches"])
     for i, row in enumerate(plan_fact["launches"], 1):
-        lines.append(f"{host} | plan | launch {i}/{n}: {row['mode']}"
+        lines.append(f"{host} | plan | {'launch' if row.get('load', True) else 'sweep'} {i}/{n}: {row['mode']}"
                      + (f" (its launch {row['launch']})" if row.get("launch") else "")
                      + f", levels {row['levels']}, about {duration(row['expected_s'])}")
+    if not n:
+        lines.append(f"{host} | plan | nothing to launch or measure")
     lines.append(f"{host} | plan | expected wall time about {duration(plan_fact['expected_s'])} "
                  f"(the planned launches; added rounds not counted): {plan_fact['estimated_how']}")
     return lines
@@ -236,6 +274,9 @@ PLAN_ARGUMENT_SPEC.update({
     "resume": {"type": "bool", "default": False},
     "fingerprint": {"type": "dict", "default": {}},
     "complete": {"type": "bool", "default": False},
+    "run_state": {"type": "bool", "default": True},
+    "progress_dir": {"type": "path", "default": ""},
+    "served": {"type": "str", "default": ""},
 })
 
 
@@ -295,14 +336,20 @@ def start_attempt(run_dir: str, run_id: str, playbook: str, fingerprint: dict, r
                                 "the same inventory and variables as the interrupted run, or start a new run "
                                 "(another run_id, without resume)")
         attempts = list(state.get("attempts") or [])
+        if state.get("status") == "running" and attempts:
+            # Its last attempt never said how it ended: a SIGKILL (ansible-runner's cancel) or a crash.
+            attempts[-1].setdefault("ended", "stopped outright (no word from it: an AWX cancel, a kill or a crash)")
     else:
         if state is not None and state.get("status") == "incomplete":
             raise ProgressError(f"run {run_id} already exists in {run_dir} and is incomplete (interrupted): resume "
                                 f"it with -e resume=true ({resume_command(state)}), or give another run_id")
         attempts = []
     attempts.append({"attempt": len(attempts) + 1, "started_at": _now_iso()})
+    prior = state.get("status") if (resume and state) else None
     state = {"run_id": run_id, "playbook": playbook, "status": "running", "settings": fingerprint,
              "attempts": attempts}
+    if prior:
+        state["resumed_from"] = prior
     state["message"] = (f"running; if it stops before its end (Ctrl-C, an AWX cancel, a crash), the levels measured "
                         f"stay here and {resume_command(state)} resumes it")
     write_run_state(run_dir, state)

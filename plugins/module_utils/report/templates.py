@@ -29,6 +29,7 @@ blockquote.emulated { border-color: #bf8700; background: #fff8c5; }
 blockquote.incomplete { border-color: #cf222e; background: #ffebe9; }
 .card { border: 2px solid #0969da; border-radius: 8px; padding: 0.8em 1.2em; margin: 1em 0 1.4em; background: #f6faff; }
 .card.incomplete { border-color: #cf222e; background: #fff5f5; }
+.card h2 { margin-top: 0.2em; }
 .card .recommendation { font-size: 1.15em; font-weight: 600; margin: 0.2em 0 0.6em; }
 .card dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.25em 1em; margin: 0; }
 .card dt { font-weight: 600; color: #57606a; }
@@ -95,8 +96,9 @@ REPORT = """{% from "macros" import render_blocks %}<!DOCTYPE html>
 <h1>{{ title | inline }}</h1>
 {{ render_blocks(preamble) }}
 </header>
-<nav>{% for s in sections %}<a href="#{{ s.id }}">{{ s.title | plain }}</a>{% endfor %}</nav>
-<section id="verdict-first" class="card{% if not summary.complete %} incomplete{% endif %}">
+<nav><a href="#verdict">Verdict</a>{% for s in sections %}<a href="#{{ s.id }}">{{ s.title | plain }}</a>{% endfor %}</nav>
+<section id="verdict" class="card{% if not summary.complete %} incomplete{% endif %}">
+<h2>Verdict</h2>
 <p class="recommendation">{{ summary.recommendation or "No recommendation." }}</p>
 <dl>
 <dt>Status</dt><dd>{{ summary.status or "unknown" }}{% if not summary.complete %} (INCOMPLETE: see above){% endif %}</dd>
@@ -117,6 +119,7 @@ REPORT = """{% from "macros" import render_blocks %}<!DOCTYPE html>
 {%- endif %}
 <dt>Confounders</dt><dd>{{ (summary.confounders or []) | length }}{% if summary.confounders %} (listed below){% endif %}</dd>
 </dl>
+{{ render_blocks(verdict_blocks) }}
 </section>
 {%- for s in sections %}
 <section id="{{ s.id }}">

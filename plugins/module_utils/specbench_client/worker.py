@@ -176,6 +176,7 @@ class Worker(ResponseReader):
         # once a second to <_progress_path>.w<index> when the caller asked for it (write_progress).
         self.progress_path = settings.get("_progress_path") or None
         self.next_progress = 0.0
+        self.ok_seconds = 0.0  # the requests answered, their send-to-end seconds summed (the level's ETA)
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> dict:
@@ -263,8 +264,23 @@ class Worker(ResponseReader):
     def _write_progress(self, now: float) -> None:
         """This worker's requests done and failed and tokens read so far, one JSON line replaced whole
         (a reader never sees half of it); a file that cannot be written costs only the progress."""
+        in_window = self.ws is not None and now >= self.ws
         record = {"worker": self.widx, "ok": self.ok, "failed": self.failed, "tokens": self.whole_tokens,
-                  "window": self.ws is not None and now >= self.ws, "wall": time.time()}
+                  "window": in_window, "wall": time.time()}
+        # The seconds left, on this node's clock, for the level's ETA: of the warm-up's minimum before the
+        # window opens (it opens once every stream also finished a request), of the timed window once open
+        # (an adaptive window's maximum; a window closed by a request count has none); the drain expected
+        # after it (the requests in flight at its end finish: up to one request's seconds, the longest in
+        # flight now at its rate so far; none when they are cut); once it is over, the drain left.
+        whole, left = self._in_flight(now)
+        if whole is not None:
+            record["drain_s"] = round(whole, 2) if self.drain else 0.0
+        if not in_window:
+            record["warmup_left_s"] = round(max(0.0, (self.min_ws if self.ws is None else self.ws) - now), 2)
+        elif not self.count_mode and math.isfinite(self.we):
+            record["window_left_s"] = round(max(0.0, self.we - now), 2)
+        if self.stopping:
+            record["drain_left_s"] = round(left or 0.0, 2)
         path = f"{self.progress_path}.w{self.widx}"
         try:
             with open(path + ".tmp", "w", encoding="utf-8") as handle:
@@ -272,6 +288,30 @@ class Worker(ResponseReader):
             os.replace(path + ".tmp", path)
         except OSError:
             self.progress_path = None
+
+    def _in_flight(self, now: float) -> tuple[float | None, float | None]:
+        """(the longest whole request's seconds, the longest seconds left) of the requests in flight, each
+        at its own token rate so far (a request with no token yet: the mean answered request's seconds);
+        the mean answered request's seconds and None with none in flight, (None, None) with nothing known."""
+        mean = self.ok_seconds / self.ok if self.ok else None
+        whole = left = None
+        for st in self.streams.values():
+            req = st.req
+            if req is None:
+                continue
+            age = max(1e-6, now - req.t_send)
+            got = sum(req.ks)
+            if got > 0 and req.expect:
+                total = max(age, req.expect * age / got)
+            elif mean is not None:
+                total = max(age, mean)
+            else:
+                continue
+            whole = total if whole is None else max(whole, total)
+            left = total - age if left is None else max(left, total - age)
+        if whole is None:
+            whole = mean
+        return whole, left
 
     def _control(self) -> None:
         data = os.read(self.ctrl_fd, 8)
@@ -534,6 +574,7 @@ class Worker(ResponseReader):
             return
         if ok:
             self.ok += 1
+            self.ok_seconds += now - req.t_send
             self.consecutive_failures = 0
             st.fails = 0
             if not self.stopping:

@@ -33,11 +33,18 @@ def rendered(summary: dict, tmp_path, plots: bool = True) -> tuple[str, str]:
 def test_the_report_opens_with_the_verdict_then_the_plots_inline_and_every_section_of_report_md(tmp_path):
     summary = kimi_summary()
     markdown, page = rendered(summary, tmp_path)
-    card = page.index('id="verdict-first"')
+    card = page.index('<section id="verdict" class="card')
     assert page.index("EMULATED, NOT MEASURED ON GPUS") < card  # the banner stays above everything, as in report.md
     order = [page.index(f'<h2>{title}') for title in ("Verdict", "Plots", "Confounders (0)", "eagle3 against baseline",
                                                      "Where the figures come from", "Method")]
     assert card < order[0] and order == sorted(order)
+    # The verdict and the recommendation first, each once: report.md's Verdict section is the card's.
+    assert page.count("<h2>Verdict</h2>") == 1 and page.count('id="verdict"') == 1
+    recommendation = str(html.inline(summary["recommendation"]))
+    assert page.count(recommendation) == 1 and page.index(recommendation) < order[1]
+    assert "<strong>Recommendation</strong>" not in page and "<strong>Regions</strong>" not in page
+    crossover = next(line[2:] for line in markdown.splitlines() if line.startswith("- **Crossover"))
+    assert page.index(str(html.inline(crossover))) < order[1]  # the rest of report.md's Verdict, in the card
     # Every section of report.md is there: one text, two layouts.
     for heading in re.findall(r"^## (.+)$", markdown, flags=re.M):
         assert f"<h2>{html.inline(heading)}</h2>" in page, heading
@@ -68,7 +75,7 @@ def test_verdicts_stay_as_they_are_and_an_incomplete_report_says_so_first(tmp_pa
     assert "unclear" in verdicts and "failed" in verdicts
     for verdict in set(verdicts):
         assert f'v-{verdict}">{verdict}</td>' in page
-    assert page.index("INCOMPLETE") < page.index('id="verdict-first"')
+    assert page.index("INCOMPLETE") < page.index('id="verdict"')
     assert '<blockquote class="incomplete">' in page and 'class="card incomplete"' in page
     assert "ngram: failed: launch of ngram: exited" in page
     assert 'id="plots"' not in page  # no plots drawn: no empty section

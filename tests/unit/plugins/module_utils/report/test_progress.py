@@ -104,11 +104,52 @@ def test_worker_writes_its_progress_file(tmp_path):
 
     worker = Worker.__new__(Worker)  # only the progress writer's fields
     worker.progress_path, worker.widx, worker.ok, worker.failed, worker.whole_tokens = str(tmp_path / "p"), 3, 4, 1, 99
-    worker.ws = 10.0
+    worker.ws, worker.we, worker.min_ws, worker.count_mode = 10.0, 70.0, 8.0, False
+    worker.ok_seconds, worker.drain, worker.stopping, worker.streams = 30.0, True, False, {}
     worker._write_progress(11.0)
     rec = json.loads((tmp_path / "p.w3").read_text())
     assert (rec["ok"], rec["failed"], rec["tokens"], rec["window"]) == (4, 1, 99, True)
+    # No request in flight: the drain expected is a mean answered request (30 s over 4).
+    assert rec["window_left_s"] == 59.0 and rec["drain_s"] == 7.5 and "warmup_left_s" not in rec
     assert not os.path.exists(tmp_path / "p.w3.tmp")
+    worker.ws, worker.we = None, float("inf")  # still warming up: the warm-up's minimum left
+    worker._write_progress(5.5)
+    rec = json.loads((tmp_path / "p.w3").read_text())
+    assert rec["window"] is False and rec["warmup_left_s"] == 2.5 and "window_left_s" not in rec
+    worker.ws, worker.count_mode = 10.0, True  # a window closed by a request count: no seconds left to say
+    worker._write_progress(12.0)
+    assert "window_left_s" not in json.loads((tmp_path / "p.w3").read_text())
+
+    class Flight:  # a request in flight after the window: 100 of 400 tokens in its 2 s, one with none yet
+        def __init__(self, t_send, ks):
+            self.t_send, self.ks, self.expect = t_send, ks, 400
+
+    worker.stopping, worker.count_mode, worker.we = True, False, 70.0
+    worker.streams = {0: type("S", (), {"req": Flight(78.0, [60, 40])})(), 1: type("S", (), {"req": None})(),
+                      2: type("S", (), {"req": Flight(79.5, [])})()}
+    worker._write_progress(80.0)
+    rec = json.loads((tmp_path / "p.w3").read_text())
+    # 300 tokens left at 50 tok/s (6 s, of a whole 8 s); the other 7.5 s less its 0.5 s gone: the longest.
+    assert rec["window_left_s"] == 0.0 and rec["drain_left_s"] == 7.0 and rec["drain_s"] == 8.0
+
+
+def test_the_level_eta_reads_the_workers_clock_not_only_the_plan():
+    # The window open, 42 s left on the node: that, plus the summary's tail, whatever the plan said.
+    assert live.level_eta_s({"window_left_s": 42.0}, level_elapsed=200, level_expected=93, window_s=60) == 43.0
+    # Warming up past the plan's level time (streams waiting for long requests): the window still to come.
+    assert live.level_eta_s({"warmup_left_s": 0.0}, level_elapsed=120, level_expected=93, window_s=60) == 61.0
+    assert live.level_eta_s({"warmup_left_s": 12.5}, level_elapsed=5, level_expected=93, window_s=60) == 73.5
+    # The drain expected after the window (a mean request), then once the window is over, the drain left.
+    assert live.level_eta_s({"window_left_s": 42.0, "drain_s": 8.0}, 200, 93, 60) == 51.0
+    assert live.level_eta_s({"warmup_left_s": 1.0, "drain_s": 8.0}, 3, 93, 60) == 70.0
+    assert live.level_eta_s({"window_left_s": 0.0, "drain_s": 8.0, "drain_left_s": 3.0}, 200, 93, 60) == 4.0
+    # Nothing from the workers yet: the plan's time left, never less than the window.
+    assert live.level_eta_s(None, level_elapsed=10, level_expected=93, window_s=60) == 83.0
+    assert live.level_eta_s(None, level_elapsed=50, level_expected=93, window_s=60) == 61.0
+    text = ('{"worker": 0, "ok": 1, "failed": 0, "tokens": 9, "window": true, "window_left_s": 4.0}\n'
+            '{"worker": 1, "ok": 1, "failed": 0, "tokens": 9, "window": false, "warmup_left_s": 0.0}\n')
+    totals = live.worker_totals(text)
+    assert totals["window_left_s"] == 4.0 and "warmup_left_s" not in totals
 
 
 # -- the run's state and its attempts (resume) ----------------------------------------------------
@@ -130,8 +171,11 @@ def test_resume_is_the_next_attempt_of_identical_settings(tmp_path):
     live.mark_incomplete(run_dir, "SIGTERM")
     state = live.start_attempt(run_dir, "r1", "compare", FP, resume=True)
     assert [a["attempt"] for a in state["attempts"]] == [1, 2] and live.current_attempt(run_dir) == 2
-    # A run killed outright (still "running") resumes too.
-    assert len(live.start_attempt(run_dir, "r1", "compare", FP, resume=True)["attempts"]) == 3
+    assert state["resumed_from"] == "incomplete" and state["attempts"][0]["ended"] == "SIGTERM"
+    # A run killed outright (still "running": an AWX cancel's SIGKILL) resumes too, saying so.
+    state = live.start_attempt(run_dir, "r1", "compare", FP, resume=True)
+    assert len(state["attempts"]) == 3 and state["resumed_from"] == "running"
+    assert state["attempts"][1]["ended"].startswith("stopped outright (no word from it: an AWX cancel")
     live.mark_complete(run_dir)
     assert live.read_run_state(run_dir)["status"] == "complete"
 
