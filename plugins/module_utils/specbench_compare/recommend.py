@@ -134,7 +134,7 @@ def _unmeasured_words(cross: dict, c_min: float | None, c_max: float | None) -> 
 
 
 def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], max_steps: int | None = None,
-                   refusal: str | None = None) -> dict:
+                   refusal: str | None = None, engine: str | None = None) -> dict:
     """The advice from the regions, and the adaptive table that carries it out, built only from clear
     verdicts (``max_steps``: the draft steps of the mode measured, see ``adaptive_table_for``). Every
     text says what was not measured, at both ends, and which levels were no evidence. ``refusal``
@@ -154,7 +154,9 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         table = adaptive_table_for([])
     where = _ranges_words(ranges) if ranges else "nowhere"
     # What the adaptive table does at a level with no clear verdict; with no table (``refusal``) nothing to say.
-    off = "" if refusal else "; the table runs without speculation there"
+    # What serves the per-level choice: SGLang's adaptive table, or vLLM's schedule (specbench_compare.schedule)
+    served_by = "the schedule" if engine == "vllm" else "the table"
+    off = "" if refusal else f"; {served_by} runs without speculation there"
     if status == "crosses":
         text = (f"Speculate ({spec_mode}) up to concurrency {below - 1}, the last level that clearly pays; from {below} "
                 "concurrent requests run without speculation." if below else
@@ -177,15 +179,17 @@ def recommendation(cross: dict, spec_mode: str, levels_measured: list[float], ma
         # Where it changes (each crossing's bracket and interpolated point) is the crossover's text: said once, there.
         text = (f"Speculate ({spec_mode}) {where}; elsewhere run without speculation: the verdict "
                 + ("changes once, from losing to paying" if status == "loses_then_pays" else f"changes {n} times")
-                + ("." if refusal else ". SGLang's adaptive config below turns speculation on and off by batch size."))
+                + ("." if refusal else ". vLLM's schedule below turns speculation on and off by batch size."
+                   if engine == "vllm" else ". SGLang's adaptive config below turns speculation on and off by batch size."))
     elif status == "never_pays":
         text = (f"Do not speculate at C={c_min:g} to {c_max:g}: {spec_mode} is slower than the baseline at every "
                 "level measured there.")
     elif status == "pays_everywhere":
         text = (f"Speculate ({spec_mode}) at every concurrency measured, up to C={c_max:g}: it pays clearly at every "
                 "level. Add higher levels to find where it stops paying."
-                + ("" if refusal else f" The table runs without speculation above C={c_max:g} (SGLang's default rows "
-                                      "there become steps [0])."))
+                + ("" if refusal else f" The schedule runs without speculation above C={c_max:g}." if engine == "vllm"
+                   else f" The table runs without speculation above C={c_max:g} (SGLang's default rows there become "
+                   "steps [0])."))
     elif status.startswith("pays_") or status.startswith("unclear_then_pays"):
         text = (f"Speculate ({spec_mode}) {where}: it pays clearly at {_regions_words(regs, (PAYS,))}. "
                 f"At {_regions_words(holes, (UNCLEAR, FAILED))} the data cannot tell: measure more there "

@@ -192,7 +192,8 @@ def _finish(rows: list[dict], widened: list[int], family_size: int, borrowed: se
     """The comparison from its final rows: crossover, recommendation, notes."""
     cross = crossover(rows)
     measured = [float(r["concurrency"]) for r in rows if r["speedup"] is not None and not r["saturated"]]
-    rec = recommendation(cross, spec_mode, measured, draft_steps(spec), adaptive_refusal(spec_mode, spec))
+    rec = recommendation(cross, spec_mode, measured, draft_steps(spec), adaptive_refusal(spec_mode, spec),
+                         engine=str((spec or {}).get("engine") or "") or None)
     notes = list(cross["notes"])
     single = [r["concurrency"] for r in rows if r.get("speedup_ci95") and (r.get("launches") or 1) == 1]
     if launch_floor and single:

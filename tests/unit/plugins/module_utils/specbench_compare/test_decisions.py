@@ -225,3 +225,14 @@ def test_the_adaptive_table_offers_the_measured_step_count_and_no_more_inside_it
         {"1": [0], "32": [1, 3], "33": [0]}
     assert cmp.adaptive_table_for([[1, 9]], measured_max=128, max_steps=3) == \
         {"1": [1, 3], "8": [0, 1, 3], "9": [0]}
+
+
+def test_a_vllm_recommendation_names_vllms_schedule_not_sglangs_table():
+    """The per-level choice is served by SGLang's adaptive table or by vLLM's schedule: the words follow the engine."""
+    from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.recommend import recommendation
+
+    cross = {"status": "pays_everywhere", "regions": [], "crossings": [], "notes": []}
+    sglang = recommendation(cross, "eagle3", [1.0, 4.0, 16.0], 3, None)["text"]
+    vllm = recommendation(cross, "ngram", [1.0, 4.0, 16.0], 3, None, engine="vllm")["text"]
+    assert "SGLang's default rows" in sglang and "The table runs without speculation above C=16" in sglang
+    assert "SGLang" not in vllm and "The schedule runs without speculation above C=16." in vllm
