@@ -4,8 +4,9 @@ Order, as SGLang: bind the HTTP port (health answers 503 while loading), start o
 per tp rank (``sglang::scheduler_TP<r>``) that opens its GPU's nodes and "loads weights",
 and the ``sglang::detokenizer`` process beside them, which holds no GPU (SGLang's
 ``_launch_subprocesses`` in srt/entrypoints/engine.py starts the schedulers, then the
-detokenizer, and keeps the tokenizer manager in the server process), then warm up with one generation and log "The server is fired up and ready to roll!".
-SIGTERM or SIGINT: health turns 503, workers (and the detokenizer) get SIGTERM, the server waits up to one
+detokenizer, and keeps the tokenizer manager in the server process), then warm up with one
+generation and log "The server is fired up and ready to roll!".
+SIGTERM or SIGINT: health turns 503, workers and the detokenizer get SIGTERM, the server waits up to one
 second for them and exits; workers that ignore SIGTERM are left behind holding their GPU,
 as real stubborn workers are.
 """

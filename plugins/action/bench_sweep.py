@@ -342,9 +342,10 @@ class ActionModule(ActionBase):
             finish("interrupted", f"interrupted by {exc} after {len(doc['levels'])} of {len(full_levels)} levels")
             message = live.mark_incomplete(run_dir, f"{exc} during {mode} on {host}")
             try:
-                live.append_record(progress_dir, {"event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
-                                             "levels_on_disk": [lv.get("concurrency") for lv in doc["levels"]],
-                                             "line": message, "time": now_iso()})
+                live.append_record(progress_dir, {
+                    "event": "interrupted", "host": host, "mode": mode, "signal": str(exc),
+                    "levels_on_disk": [lv.get("concurrency") for lv in doc["levels"]], "line": message,
+                    "time": now_iso()})
             except OSError:
                 pass
             self._display.warning(f"{host}: {message}")

@@ -270,7 +270,7 @@ def accept_length(head, data, embed, draft_of, prompt_len):
             base[:, prompt_len - 1:tokens.shape[1] - DRAFT_STEPS - 1] = True
             run = torch.ones_like(tokens, dtype=torch.bool)
             accepted = torch.zeros_like(tokens, dtype=torch.float)
-            for step, (logits, lab) in enumerate(zip(steps, labels)):
+            for step, (logits, lab) in enumerate(zip(steps, labels, strict=True)):
                 hit = (logits.argmax(-1) == lab) & (lab >= 0)
                 if step == 0:
                     first_hits += int((hit & base).sum())
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # the draft vocabulary: the target's most frequent greedy tokens on the training data
     counts = torch.zeros(cfg.vocab_size, dtype=torch.long)
-    for seq, _aux, greedy in train:
+    for _seq, _aux, greedy in train:
         counts += torch.bincount(greedy[:, prompt_len - 1:].reshape(-1), minlength=cfg.vocab_size)
     draft_vocab = min(args.draft_vocab, cfg.vocab_size)
     hot = counts.argsort(descending=True)[:draft_vocab].sort().values
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = head.unroll(feats, tokens, embed)
         labels, masks = chain_targets(tokens, greedy, max(prompt_len - start, 1), draft_of)
         loss = 0.0
-        for wgt, logits, lab, ok in zip(weights, steps, labels, masks):
+        for wgt, logits, lab, ok in zip(weights, steps, labels, masks, strict=True):
             if ok.any():
                 loss = loss + wgt * torch.nn.functional.cross_entropy(logits[ok], lab[ok])
         opt.zero_grad()

@@ -52,7 +52,8 @@ def test_the_report_opens_with_the_verdict_then_the_plots_inline_and_every_secti
     # The plots: speedup first, each a PNG data URI that decodes, with its size; nothing external.
     uris = re.findall(r'<img src="data:image/png;base64,([^"]+)" alt="([^"]+)" width="(\d+)" height="(\d+)"', page)
     assert [alt for _unused, alt, _w, _h in uris] == ["Speedup", "Output throughput", "Per-stream decode speed",
-                                                     "Latency (TTFT p50 and TPOT)", "Accept length and step-time ratio"]
+                                                     "Latency (TTFT p50 and TPOT)", "p99 latency (TPOT and TTFT) with intervals",
+                                                     "Accept length and step-time ratio"]
     for data, _alt, width, height in uris:
         raw = base64.b64decode(data, validate=True)
         assert raw.startswith(PNG) and html.png_size(raw) == (int(width), int(height))
