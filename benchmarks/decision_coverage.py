@@ -649,10 +649,11 @@ def scen_fleet(runs: int, rng: random.Random) -> None:
 
 SERVE_LEVELS = [1, 4, 16]  # the levels of the issue's runs on vLLM's CPU build
 REF_GAP = 0.1  # a look's reference launch precedes its served launch by this share of the time between looks
+SERVE_PLANNED = 3  # serve_planned_looks' default: the looks a proof's sequence plans for at its first
 
 
 def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: float, drift: float, design: str,
-                   floor: dict | None, half: float = 0.02) -> list[dict]:
+                   floor: dict | None, half: float = 0.02, planned: int | None = SERVE_PLANNED) -> list[dict]:
     """One configuration proved ``looks`` times on one node, the rule serve_proof applies (proof_rows at each look's
     share, check_unmoved for a look in place, look_record, apply_looks); returns each look's rows, combined.
 
@@ -660,7 +661,8 @@ def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: floa
     launch and its served launch); every launch has its own effect (log sd ``launch_sd``); windows +-``half``. design
     ``relaunch``: every look a launch of its own, its reference (the static counterpart) measured again just before
     it (serve_measure_references); ``in place``: look 1 so, the later looks on the same server (a re-run of a proof
-    that did not verify), held to look 1's references."""
+    that did not verify), held to look 1's references. The sequence is planned for ``planned`` looks
+    (serve_planned_looks; None: the open rule, sequential.open_look_alpha)."""
     plan = {"mode": "ngram", "schedule": [[1, 1, 4]]}
     speed = 0.0
     kept, out, refs, effect, pid = [], [], None, 0.0, 0
@@ -676,38 +678,55 @@ def serve_sequence(rng: random.Random, truth: float, looks: int, launch_sd: floa
             effect, pid = rng.gauss(0.0, launch_sd), pid + 1
         served = result("ngram-sched", [level(c, 100.0 * c * truth * math.exp(speed + effect + rng.gauss(0.0, half / Z)),
                                               half) for c in SERVE_LEVELS])
-        rows = cmp.proof_rows(served, refs, 0.1, "ngram", launch_floor=floor, alpha=cmp.look_alpha(k))
+        alpha = cmp.look_alpha(k, planned)
+        rows = cmp.proof_rows(served, refs, 0.1, "ngram", launch_floor=floor, alpha=alpha)
         server = {"pid": pid, "starttime": pid}
         earlier = next((lo for lo in kept if lo["server"]["pid"] == pid), None)
-        cmp.check_unmoved(rows, earlier, cmp.look_alpha(k))
-        kept.append(cmp.look_record(rows, k, f"look{k}", server, earlier is not None, floor))
+        cmp.check_unmoved(rows, earlier, alpha)
+        kept.append(cmp.look_record(rows, k, f"look{k}", server, earlier is not None, floor, planned))
         out.append(cmp.apply_looks(rows, kept, 0.1, plan))
     return out
 
 
 def looks_needed(launch_sd: float, floor_df: int, design: str, half: float = 0.02, slower: float = 0.9,
-                 target: float = 0.8, most: int = 99) -> int | None:
+                 target: float = 0.8, most: int = 99, planned: int | None = SERVE_PLANNED) -> int | None:
     """The first look at which a ``slower`` configuration reads worse with probability ``target`` at that look
     alone (a lower bound on "caught by then"), by the normal approximation of the pooled rule: ``k`` launches, each
     against references of its own, pool to a launch part ``launch_sd * sqrt(2 / k)`` (windows ``half`` per side,
-    sqrt(2 / k) too), held on t's quantile at look k's share on the node's data plus the looks' ``k - 1`` degrees
-    of freedom with the sd at its truth. In place the looks share one launch: only look 1's chance, whatever
-    their number (None where that is under ``target``)."""
-    for k in range(1, (1 if design == "in place" else most) + 1):
+    sqrt(2 / k) too), held on t's quantile at look k's share (a sequence planned for ``planned`` looks; None: the
+    smallest plan whose own last look reaches ``target``, what serve_planned_looks should say on such a node) on the
+    node's data plus the looks' ``k - 1`` degrees of freedom with the sd at its truth. In place the looks share one
+    launch: only look 1's chance, whatever their number (None where that is under ``target``)."""
+    def chance(k: int, plan: int) -> float:
         launches = 1 if design == "in place" else k
-        alpha = cmp.open_look_alpha(k)
+        alpha = cmp.planned_look_alpha(k, plan)
         launch_se = launch_sd * math.sqrt(2.0 / launches)
         window_se = math.sqrt(2.0 / launches) * half / Z
         width = math.hypot(stats.t_two_sided(alpha, floor_df + launches - 1) * launch_se,
                            stats.t_two_sided(alpha / len(SERVE_LEVELS)) * window_se)
-        if NormalDist().cdf((-math.log(slower) - width) / math.hypot(launch_se, window_se)) >= target:
+        return NormalDist().cdf((-math.log(slower) - width) / math.hypot(launch_se, window_se))
+
+    for k in range(1, (1 if design == "in place" else most) + 1):
+        if chance(k, planned if planned else k) >= target:
             return k
     return None
 
 
+def known_sd_bound(launch_sd: float, design: str, looks: int = 3, half: float = 0.02, slower: float = 0.9) -> float:
+    """The chance that one two-sided 5% test of the looks' mean reads a ``slower`` configuration worse at one level,
+    the launch sd known, no share spent on other looks or levels: what no rule with error control can beat by look
+    ``looks`` (relaunch: that many launches, each against references of its own; in place: one launch, its windows
+    averaged)."""
+    launches = 1 if design == "in place" else looks
+    se = math.sqrt(2.0 / launches * launch_sd ** 2 + 2.0 / looks * (half / Z) ** 2)
+    return NormalDist().cdf(-math.log(slower) / se - NormalDist().inv_cdf(0.975))
+
+
 def scen_serve(runs: int, rng: random.Random) -> None:
     print("== serve: one configuration proved 1-5 times in a row on one node (serve_proof's sequence: after look k the "
-          "looks pooled, one log ratio per served launch, their mean held at 5% x 6/(pi^2 k^2) with the floor's launch "
+          "looks pooled, one log ratio per served launch, their mean held at look k's share of 5% planned for "
+          f"{SERVE_PLANNED} looks (sequential.planned_look_alpha: 2.25%, 1.125%, 1.125%, then 0.5% x 6/(pi^2 j^2)) "
+          "with the floor's launch "
           "part, the wider of the prior-weighted floor's and the node's own data's, on the floor's and the launches' "
           "own spread's degrees of freedom; the pooled intervals after each look intersected), C="
           + ",".join(map(str, SERVE_LEVELS))
@@ -719,7 +738,13 @@ def scen_serve(runs: int, rng: random.Random) -> None:
           "sequences reading worse or better at any level after any of the 5 looks (target <= 5%; at 400 runs a 5% "
           "rate has a Monte-Carlo sd of 1.1%); 10% slower: share reading worse somewhere by look 1, 2, 3, 5 (target >= "
           "80% by look 3); looks_needed: the first look at which the 10% slower one reads worse in 80% (computed, "
-          "looks_needed(): normal approximation, the launch sd at its truth; none: never, in place)")
+          "looks_needed(): normal approximation, the launch sd at its truth; none: never, in place), with serve_planned_looks "
+          f"at its default {SERVE_PLANNED}, and with it set to that number of looks; bound_look3: "
+          "what no rule can beat by look 3 (known_sd_bound(): one 5% test of the looks' mean at one level, the launch "
+          "sd known, nothing spent on other looks or levels): where it is under 80% the target is out of reach of any "
+          "error-controlled proof, and only more launches (relaunch) or a quieter node decide. Then the spending rule "
+          "itself (serve spending): the open rule (5% x 6/(pi^2 k^2)) against plans of 3 and 5 looks, relaunched at 2% "
+          "launch sd; clear20_look1: a 20% slower configuration read worse by the first proof alone")
     n = max(1, runs)
     for floor_runs in (1, 3):
         for launch_sd in (0.02, 0.05):
@@ -736,11 +761,30 @@ def scen_serve(runs: int, rng: random.Random) -> None:
                         for j in range(first, 5):
                             caught[j] += 1
                     needed = looks_needed(launch_sd, 2 * floor_runs, design)
+                    fitted = looks_needed(launch_sd, 2 * floor_runs, design, planned=None)
                     print(f"serve floor_runs={floor_runs} launch_sd={launch_sd:.2f} drift={drift:.2f} "
                           f"design={design.replace(' ', '_')} runs={n} equal_claims={claims / n:.3f} "
                           f"slower_caught_by_look1={caught[0] / n:.3f} look2={caught[1] / n:.3f} "
                           f"look3={caught[2] / n:.3f} look5={caught[4] / n:.3f} "
-                          f"looks_needed={needed if needed else 'none'}", flush=True)
+                          f"looks_needed={needed if needed else 'none'} "
+                          f"with_planned_looks_set_to_it={fitted if fitted else 'none'} "
+                          f"bound_look3={known_sd_bound(launch_sd, design):.3f}", flush=True)
+    # What the plan costs and buys: on a 2%-launch-sd node, relaunched, the open rule against plans of 3 and 5 looks;
+    # clear20_look1: a 20% slower configuration read worse by the first proof alone (a clear regression, decided at once).
+    for floor_runs in (1, 3):
+        for planned in (None, 3, 5):
+            caught, clear = [0] * 5, 0
+            for _ in range(n):
+                floor = node_floor(rng, floor_runs, 0.02)
+                seq = serve_sequence(rng, 0.9, 5, 0.02, 0.0, "relaunch", floor, planned=planned)
+                first = next((j for j, rows in enumerate(seq) if any(r["verdict"] == "worse" for r in rows)), 5)
+                for j in range(first, 5):
+                    caught[j] += 1
+                seq = serve_sequence(rng, 0.8, 1, 0.02, 0.0, "relaunch", floor, planned=planned)
+                clear += any(r["verdict"] == "worse" for r in seq[0])
+            print(f"serve spending floor_runs={floor_runs} launch_sd=0.02 design=relaunch "
+                  f"planned_looks={planned if planned else 'open'} runs={n} slower_caught_by_look1={caught[0] / n:.3f} "
+                  f"look3={caught[2] / n:.3f} look5={caught[4] / n:.3f} clear20_look1={clear / n:.3f}", flush=True)
 
 
 def energy_sweep(rng: random.Random, mode: str, joules: dict, half: float, launch_sd: float, launches: int) -> dict:

@@ -23,8 +23,9 @@ description:
     Every proof of one configuration on one node (held to the same references) is a look of one sequence, kept in
     C(<results_dir>/<run_id>/<host>/serve-looks.json) (written first, atomically) and in C(serve.json)'s C(looks):
     after look k the looks are pooled (one log ratio per served launch, the launches' mean; looks in place share their
-    server's launch effect, launches held to one reference measurement share its) and held at alpha * 6 / (pi^2 k^2)
-    of the family-wise 5%, and each level's verdict reads the intersection of the pooled intervals after each look
+    server's launch effect, launches held to one reference measurement share its) and held at look k's share of the
+    family-wise 5%, planned at the sequence's first look for I(planned_looks) looks (C(sequential.planned_look_alpha)),
+    and each level's verdict reads the intersection of the pooled intervals after each look
     (C(specbench_compare.combine_looks)), so a relaunch adds evidence and a re-run never replaces it.
   - >-
     A static configuration held against its own measurement in the run (a rollback's check, or a level where it is
@@ -106,6 +107,15 @@ options:
     description: The stated prior on the node's launch sd (as compare.yml's C(compare_noise_floor_prior_sd)).
     type: float
     default: 0.03
+  planned_looks:
+    description:
+      - The number of proofs (the first and its re-proofs) a new sequence of looks plans for; the family-wise 5% is
+        spent over them (45% of it on the first, the rest but a tenth equally on the others), and every look beyond
+        the plan spends from the tenth left (C(sequential.planned_look_alpha)).
+      - Fixed at a sequence's first look and kept to its end (a different value later is a warning, never applied),
+        since changing the plan between looks could spend more than the error rate.
+    type: int
+    default: 3
   noise_floor_prior_df:
     description: The prior's strength in degrees of freedom (as compare.yml's C(compare_noise_floor_prior_df)).
     type: int
@@ -201,10 +211,14 @@ def main():
             "references_dir": {"type": "path"},
             "noise_floor_prior_sd": {"type": "float", "default": 0.03},
             "noise_floor_prior_df": {"type": "int", "default": 2},
+            "planned_looks": {"type": "int", "default": 3},
         },
         supports_check_mode=True,
     )
     p = module.params
+    if p["planned_looks"] < 1:
+        module.fail_json(msg=f"planned_looks={p['planned_looks']}: a proof's sequence plans for 1 or more looks; set "
+                             "serve_planned_looks to the proofs you mean to take of one configuration (3 by default)")
     host_dir = os.path.join(p["results_dir"], p["run_id"], p["host"])
     warnings: list[str] = []
     results = cmp.load_host_results(host_dir, None, warnings)
@@ -255,20 +269,21 @@ def main():
     sequence = store["sequences"].get(key) or {"mode": p["plan"].get("mode"), "plan": p["plan"],
                                                "reference": p["reference"] or None, "looks": []}
     look = cmp.next_look(sequence)
+    planned = cmp.sequence_plan(sequence, p["planned_looks"], warnings)
     server = p["server"]
     try:
         rows = cmp.proof_rows(served, held_to, p["margin"], p["reference"], references or chosen,
                               (summary or {}).get("baseline_mode") or cmp.BASELINE if references else cmp.BASELINE,
                               launch_floor=floor, measured_now=set(fresh), judge_plan=bool(references),
-                              alpha=cmp.look_alpha(look))
+                              alpha=cmp.look_alpha(look, planned))
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     # A proof in place (the server of an earlier look): first check the node is as it was at that look.
     earlier = cmp.same_server_look(sequence, server)
     in_place = earlier is not None
-    cmp.check_unmoved(rows, earlier, cmp.look_alpha(look))
-    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place, floor)]
+    cmp.check_unmoved(rows, earlier, cmp.look_alpha(look, planned))
+    sequence["looks"] = sequence["looks"] + [cmp.look_record(rows, look, now, server, in_place, floor, planned)]
     cmp.apply_looks(rows, sequence["looks"], p["margin"], p["plan"])
     store["sequences"][key] = sequence
     if not module.check_mode:
@@ -305,7 +320,8 @@ def main():
                                       "NOT held: this node has no noise floor, so a ratio's interval holds the two "
                                       "windows alone; a launch-to-launch difference may read as a regression")},
         "levels": rows,
-        "sequence": {"key": key, "look": look, "looks": len(sequence["looks"]), "file": os.path.basename(looks_path),
+        "sequence": {"key": key, "look": look, "looks": len(sequence["looks"]), "planned_looks": planned,
+                     "alpha": sequence["looks"][-1]["alpha"], "file": os.path.basename(looks_path),
                      "method": cmp.LOOKS_METHOD},
         "looks": sequence["looks"],
         "node_changed": verdict["changed"],

@@ -70,7 +70,8 @@ def served(tmp_path_factory):
             nostart = {"serve_mode": "baseline", "sglang_server_emulator_load_seconds": 60,
                        "sglang_server_ready_timeout": 3}
             emulator_init = node / "sglang_emulator" / "__init__.py"
-            for name, more in (("serve", fail), ("again", fail), ("newer", fail), ("nostart", nostart),
+            for name, more in (("serve", fail), ("again", fail), ("newer", fail),
+                               ("badplan", {**fail, "serve_planned_looks": 0}), ("nostart", nostart),
                                ("rollback", {"serve_mode": "baseline"}), ("absent", {"serve_state": "absent"})):
                 # What the run before left, for the tests (the next run rewrites it).
                 for src, dest in ((tmp / f"results/{RUN_ID}/llama/serve.json", tmp / f"before-{name}-serve.json"),
@@ -98,7 +99,7 @@ def served(tmp_path_factory):
         return compare
 
     run, tmp = shared_run(tmp_path_factory, "serve-llama", build)
-    names = ("serve", "again", "newer", "nostart", "rollback", "bench", "absent")
+    names = ("serve", "again", "newer", "badplan", "nostart", "rollback", "bench", "absent")
     run.extra = {name: PlaybookRun.load(tmp / f"{name}.json") for name in names if (tmp / f"{name}.json").is_file()}
     return run, tmp
 
@@ -158,7 +159,9 @@ def test_a_failed_proof_fails_again_on_a_rerun_and_never_turns_green(served):
         assert second["sequence"]["key"] == doc["sequence"]["key"] and second["sequence"]["look"] == 2
         assert second["looks"][0] == doc["looks"][0] and len(second["looks"]) == 2
         assert second["looks"][1]["in_place"] is True and second["looks"][1]["at"] == second["written_at"]
-        assert second["looks"][1]["alpha"] == pytest.approx(doc["looks"][0]["alpha"] / 4, rel=1e-3)
+        # Planned at look 1 for serve_planned_looks' 3: 2.25% of the 5%, then 1.125% (sequential.planned_look_alpha).
+        assert doc["sequence"]["planned_looks"] == second["sequence"]["planned_looks"] == 3
+        assert [lo["alpha"] for lo in second["looks"]] == pytest.approx([0.0225, 0.01125], rel=1e-3)
         stored = json.loads((host_dir(tmp) / "serve-looks.json").read_text())["sequences"][doc["sequence"]["key"]]
         assert stored["looks"][:2] == second["looks"]
         # The verdict is the combined one: the pooled looks' intervals after each look intersected.
@@ -193,6 +196,18 @@ def test_an_engine_version_other_than_the_runs_is_refused_before_anything_is_tou
     # The service the re-run proved still runs, untouched: the next run found the same record.
     assert json.loads((tmp / "before-nostart-server.json").read_text()) == \
         json.loads((tmp / "before-newer-server.json").read_text())
+
+
+def test_a_plan_of_no_proofs_is_refused_before_anything_is_touched(served):
+    run, tmp = served
+    bad = run.extra["badplan"]
+    assert bad.rc != 0 and "serve_planned_looks=0 (a whole number of proofs, 1 or more)" in bad.stdout, \
+        bad.stdout[-6000:]
+    assert bad.task_started("Launch SGLang or the emulator") == [] and not bad.task_started("wait for clean GPUs")
+    assert json.loads((tmp / "before-badplan-server.json").read_text()) == \
+        json.loads((tmp / "before-nostart-server.json").read_text())
+    # Nothing proved, nothing written: the sequence of looks is the one the earlier runs left.
+    assert (tmp / "before-badplan-serve.json").read_text() == (tmp / "before-nostart-serve.json").read_text()
 
 
 def test_a_launch_that_fails_restores_the_previous_service(served):

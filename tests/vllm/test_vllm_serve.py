@@ -116,6 +116,9 @@ def test_serving_again_is_idempotent_only_after_a_verified_proof(served):
         # The second look of one sequence: the first kept, the verdict the looks combined (never the last alone).
         assert [lo["look"] for lo in second["looks"]] == [1, 2] and second["looks"][0] == first["looks"][0]
         assert second["looks"][1]["in_place"] is True
+        # Planned at look 1 for serve_planned_looks (3): 2.25% of the error rate, then 1.125% (planned_look_alpha).
+        assert second["sequence"]["planned_looks"] == 3
+        assert [lo["alpha"] for lo in second["looks"]] == pytest.approx([cmp.planned_look_alpha(k, 3) for k in (1, 2)])
         combined = cmp.combine_looks(second["looks"], second["margin"])
         for row in second["levels"]:
             cell = combined[row["concurrency"]]

@@ -490,9 +490,12 @@ def _looks_lines(served: dict) -> list[str]:
     looks = served.get("looks") or []
     if not looks:
         return []
+    planned = (served.get("sequence") or {}).get("planned_looks")
+    spend = (f"planned at its first look for {planned} look(s), every look past them spending from a tenth held back"
+             if planned else "5% x 6/(pi^2 k^2): a sequence begun without a plan")
     lines = [f"Proofs of this configuration on this node: {len(looks)} look(s), one sequence; the table's verdicts "
              "combine them (after each look the looks pooled, one log ratio per served launch, held at that look's "
-             "share, 5% x 6/(pi^2 k^2) of the error rate, and those intervals intersected: a relaunch adds evidence, "
+             f"share of the error rate ({spend}), and those intervals intersected: a relaunch adds evidence, "
              "a look in place shares its server's launch effect, and a re-run never replaces a look):", ""]
     for look in looks:
         how = "in place, nothing relaunched" if look.get("in_place") else "a launch of its own"
@@ -507,9 +510,15 @@ def _looks_lines(served: dict) -> list[str]:
                          + (f" ({r['launches_pooled']} launches pooled)" if (r.get("launches_pooled") or 0) > 1 else "")
                          for r in served.get("levels") or [])
     lines.append(f"- combined: {_md(combined)}")
-    if served.get("node_changed"):
+    moved = {r["concurrency"]: r["moved_since_look"] for r in served.get("levels") or [] if r.get("moved_since_look")}
+    own = [c for c in served.get("node_changed") or [] if c not in moved]
+    if own:
         lines.append(f"- the node changed: clearly other than the run's own measurement of this configuration at "
-                     f"C={', '.join(map(str, served['node_changed']))} (not a regression; compare again)")
+                     f"C={', '.join(map(str, own))} (not a regression; compare again)")
+    if moved:
+        lines.append("- the node changed since an earlier look: the served server's own rate moved clearly at "
+                     + ", ".join(f"C={c} (since look {k})" for c, k in moved.items())
+                     + "; this look adds nothing there (not a regression; relaunch it or compare again)")
     if served.get("looks_disagree"):
         lines.append(f"- the looks' intervals lie apart at C={', '.join(map(str, served['looks_disagree']))}: the node "
                      "changed between them (compare again)")

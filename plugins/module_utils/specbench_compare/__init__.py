@@ -82,7 +82,15 @@ from .schedule import (
     static_choice,
     vllm_schedule,
 )
-from .sequential import look_alphas, merge_looks, open_look_alpha, plan_round, rounds_done, runs_at_look
+from .sequential import (
+    look_alphas,
+    merge_looks,
+    open_look_alpha,
+    plan_round,
+    planned_look_alpha,
+    rounds_done,
+    runs_at_look,
+)
 from .sequential import method_text as sequential_method_text
 from .serve_guard import (
     ADAPTIVE_ALGORITHMS,
@@ -111,6 +119,7 @@ from .serve_proof import (
     best_static,
     check_unmoved,
     ignored_schedule,
+    launch_dominated,
     look_alpha,
     look_record,
     next_look,
@@ -124,6 +133,7 @@ from .serve_proof import (
     same_server_look,
     self_referenced,
     sequence_key,
+    sequence_plan,
 )
 from .summarize import compact, compare_pair, draft_steps, mode_series, summarize_host, tracking
 from .traffic import TRAFFIC_METHOD, TrafficError, parse_traffic, traffic_gain, traffic_gains
@@ -173,6 +183,7 @@ __all__ = [
     "traffic_gains", "check_traffic_input", "resolve_traffic",
     "launch_floor_key", "launch_floor_text", "load_host_runs", "look_alphas", "merge_looks", "plan_round", "rounds_done",
     "runs_at_look", "sequential_method_text", "FLEET_METHOD", "fleet_kinds", "node_kind",
-    "combine_looks", "read_interval", "open_look_alpha", "LOOKS_METHOD", "apply_looks", "look_alpha", "look_record",
+    "combine_looks", "read_interval", "open_look_alpha", "planned_look_alpha", "sequence_plan", "launch_dominated",
+    "LOOKS_METHOD", "apply_looks", "look_alpha", "look_record",
     "next_look", "read_looks", "self_referenced", "sequence_key", "check_unmoved", "same_server_look",
 ]

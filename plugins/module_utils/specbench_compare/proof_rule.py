@@ -61,7 +61,7 @@ def read_interval(ci, margin: float) -> str:
 def family_proof_verdicts(rows: list[dict], margin: float, alpha: float = FAMILY_ALPHA) -> list[dict]:
     """Each row's verdict (worse / better / matches / unclear) from the simultaneous interval over every
     row with a ratio and an interval, holding them all at once at ``alpha`` (a look of a sequence spends its
-    share: sequential.open_look_alpha); ``ratio_ci95`` stays the level's own 95% interval. A ratio widened by
+    share: sequential.planned_look_alpha); ``ratio_ci95`` stays the level's own 95% interval. A ratio widened by
     the node's floor scales each part by its own quantile, the floor's launch part on the whole family's
     (intervals.family_ci, as the comparison's own verdicts do: one launch effect moves every level at once)."""
     if not 0 < margin < 0.5:
@@ -85,7 +85,8 @@ def combine_looks(looks: list[dict], margin: float) -> dict[int, dict]:
     "ratio_ci_family", "served_ci95", "best_static_ci95", ...}]}`` (serve_proof.look_record). After look j the
     looks 1..j are pooled (``pooled_looks``: one log ratio per served launch, the launches' mean, its interval
     from the windows and the floor's launch part, which shrinks as launches accumulate) and held at look j's share
-    of the error rate (sequential.open_look_alpha: the shares sum to FAMILY_ALPHA however many looks there are),
+    of the error rate (its stored ``alpha``: sequential.planned_look_alpha, the shares sum to FAMILY_ALPHA however many
+    looks there are; a look stored without one: sequential.open_look_alpha),
     simultaneous over the levels. With probability at least 1 - FAMILY_ALPHA every one of those intervals holds
     the truth at once (Bonferroni over the looks, whatever their correlation), so their intersection does too: the
     combined interval at a level is the intersection of the pooled intervals after each look, and its verdict is
@@ -102,7 +103,7 @@ def combine_looks(looks: list[dict], margin: float) -> dict[int, dict]:
     ``ratio_ci_pooled`` the pooled interval after the last look, ``verdicts`` each look's own verdict in order."""
     out: dict[int, dict] = {}
     for j, look in enumerate(looks, start=1):
-        pooled = pooled_looks(looks[:j], margin, open_look_alpha(j))
+        pooled = pooled_looks(looks[:j], margin, float(look.get("alpha") or open_look_alpha(j)))
         for row in look.get("levels") or []:
             conc = row["concurrency"]
             cell = out.setdefault(conc, {"ratio_ci_combined": None, "ratio_ci_pooled": None, "verdict": UNCLEAR,

@@ -38,7 +38,7 @@ from .common import BASELINE, _rnd, _rnd_pair
 from .intervals import family_ci, level_figures, ratio_ci
 from .launch_noise import widen_proof, within_interval
 from .proof_rule import BETTER, UNCLEAR, WORSE, combine_looks, family_proof_verdicts, proof_references
-from .sequential import open_look_alpha
+from .sequential import planned_look_alpha
 from .verdict import FAMILY_ALPHA, family_z, level_failure, level_saturation
 
 ON_REGRESSION = ("rollback", "keep", "fail")
@@ -102,7 +102,7 @@ def proof_rows(served: dict, results: dict[str, dict], margin: float, reference:
     variation (launch_noise.widen_proof); without one it holds the windows alone. Each row's verdict reads
     the simultaneous interval over the rows (``proof_rule.family_proof_verdicts``, which also checks
     ``margin``) at ``alpha``: the share of the error rate this look of the configuration's sequence spends
-    (``sequential.open_look_alpha``; ``apply_looks`` combines the looks)."""
+    (``sequential.planned_look_alpha``; ``apply_looks`` combines the looks)."""
     levels = sorted({c for r in results.values() for c in _levels(r)})
     mine = _levels(served)
     base = baseline
@@ -239,6 +239,16 @@ def ignored_schedule(rows: list[dict]) -> list[int]:
     return sorted(set(silent) | set(offs_drafting(rows)))
 
 
+def launch_dominated(row: dict) -> bool:
+    """Whether the launch part of this look's interval (the node's floor, ``launch_noise.widen_proof``) is wider
+    than its windows' (``ratio_ci95_window``): then only more launches can narrow it, not longer windows."""
+    ci, window = row.get("ratio_ci95"), row.get("ratio_ci95_window")
+    if not ci or not window or min(ci[0], window[0]) <= 0:
+        return False
+    total, windows = math.log(ci[1] / ci[0]) / 2.0, math.log(window[1] / window[0]) / 2.0
+    return total * total - windows * windows > windows * windows
+
+
 def proof_verdict(rows: list[dict]) -> dict:
     """``{verified, worse, unclear, ignored, changed, disagree, text}`` from the rows (their ``verdict``: the
     combined one, ``apply_looks``): verified only when no level is worse or unclear and the configuration drafts
@@ -263,15 +273,30 @@ def proof_verdict(rows: list[dict]) -> dict:
         parts = []
         if worse:
             parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}{over}")
-        if changed:
+        moved = [r["concurrency"] for r in rows if r.get("node_changed") and r.get("moved_since_look")]
+        own = [c for c in changed if c not in moved]
+        if own:
             parts.append(f"the node changed: the configuration reads clearly other than its own measurement in the "
-                         f"run at C={', '.join(map(str, changed))} (the run's figures are not comparable now: compare "
+                         f"run at C={', '.join(map(str, own))} (the run's figures are not comparable now: compare "
                          "again; not a regression, nothing rolled back)")
+        if moved:
+            since = sorted({r["moved_since_look"] for r in rows if r["concurrency"] in moved})
+            parts.append(f"the node changed since look {', '.join(map(str, since))}: the served server's own rate "
+                         f"moved clearly at C={', '.join(map(str, moved))}, so the references measured at its launch "
+                         "are not comparable there now and this look adds nothing there (relaunch it, its references "
+                         "measured again, or compare again; not a regression)")
         if disagree:
             parts.append(f"the node changed between looks: their intervals lie apart at C={', '.join(map(str, disagree))}"
                          " (compare again; not a regression)")
-        if unclear:
-            parts.append(f"unclear at C={', '.join(map(str, unclear))}{over} (measure longer: bench_window_s, "
+        launch_bound = [c for c in unclear if launch_dominated(next(r for r in rows if r["concurrency"] == c))]
+        windows_bound = [c for c in unclear if c not in launch_bound]
+        if launch_bound:
+            parts.append(f"unclear at C={', '.join(map(str, launch_bound))}{over}: launch-to-launch variation is most "
+                         "of the interval there, which only more launches average out (relaunch it, references "
+                         "measured again: serve_reprove_unclear=relaunch; a proof in place cannot narrow it, and "
+                         "measuring longer narrows only the windows)")
+        if windows_bound:
+            parts.append(f"unclear at C={', '.join(map(str, windows_bound))}{over} (measure longer: bench_window_s, "
                          "bench_warmup_s)")
         drafting = offs_drafting(rows)
         silent = [c for c in ignored if c not in drafting]
@@ -293,11 +318,12 @@ LOOKS_METHOD = (
     "scheduled re-proof); after look k the looks are pooled: one log ratio per served launch (looks in place share "
     "their server's launch), the launches' mean, its interval from the windows and the node's launch sd (the wider of "
     "the prior-weighted floor's and the node's own data's, the launches' own spread added where each had references "
-    "of its own) times sqrt(1/m + the reference's share), simultaneous over the levels at alpha * 6 / (pi^2 k^2) of "
-    "the family-wise rate (the shares sum to 5% over every look there could be); the combined interval at a level is "
-    "the intersection of the pooled intervals after each look: with 95% probability all of them hold the truth at "
-    "once, whatever their correlation, so relaunches add evidence, a level once clearly slower stays so and re-running "
-    "cannot manufacture a pass"
+    "of its own) times sqrt(1/m + the reference's share), simultaneous over the levels at look k's share of the "
+    "family-wise rate, planned at the first look for serve_planned_looks looks (3: 2.25%, 1.125%, 1.125%; every look "
+    "beyond the plan 0.5% x 6/(pi^2 j^2): the shares sum to 5% over every look there could be); the combined "
+    "interval at a level is the intersection of the pooled intervals after each look: with 95% probability all of "
+    "them hold the truth at once, whatever their correlation, so relaunches add evidence, a level once clearly slower "
+    "stays so and re-running cannot manufacture a pass"
 )
 
 
@@ -315,9 +341,28 @@ def next_look(sequence: dict | None) -> int:
     return len((sequence or {}).get("looks") or []) + 1
 
 
-def look_alpha(look: int) -> float:
-    """The family-wise error rate look ``look`` of a proof's sequence spends (sequential.open_look_alpha)."""
-    return open_look_alpha(look)
+def look_alpha(look: int, planned: int | None = None) -> float:
+    """The family-wise error rate look ``look`` of a proof's sequence spends, the sequence planned for ``planned``
+    looks (sequential.planned_look_alpha; None: a sequence stored without a plan, the open rule)."""
+    return planned_look_alpha(look, planned)
+
+
+def sequence_plan(sequence: dict, wanted: int, warnings: list[str]) -> int | None:
+    """The number of looks ``sequence`` was planned for: fixed at its first look from ``wanted`` (serve_planned_looks)
+    and kept to its end, since a plan changed between looks could spend more than the error rate. A sequence stored
+    without one keeps the open rule (None). A ``wanted`` that differs from the stored plan is named in ``warnings``."""
+    if not sequence.get("looks"):
+        sequence["planned_looks"] = int(wanted)
+    planned = sequence.get("planned_looks")
+    if planned is None:
+        warnings.append("this configuration's proofs on this node began before sequences kept a plan: its looks "
+                        "spend the open rule (5% x 6/(pi^2 k^2)), serve_planned_looks applies to new sequences")
+    elif int(planned) != int(wanted):
+        warnings.append(f"serve_planned_looks={wanted}, but this configuration's sequence on this node was planned for "
+                        f"{planned} looks at its first proof: the plan stays (changing it between looks could spend "
+                        "more than the 5% error rate); a new plan applies to a new sequence (another configuration, or "
+                        "serve-looks.json moved aside)")
+    return int(planned) if planned is not None else None
 
 
 def read_looks(path: str, warnings: list[str]) -> dict:
@@ -339,16 +384,17 @@ def read_looks(path: str, warnings: list[str]) -> dict:
 
 
 def look_record(rows: list[dict], look: int, at: str, server: dict, in_place: bool,
-                floor: dict | None = None) -> dict:
+                floor: dict | None = None, planned: int | None = None) -> dict:
     """What the sequence keeps of one look: when, on which server launch, at which share of the error rate, the
     node's floor it held, and each level's figures, own verdict and simultaneous interval (``proof_rows`` at
-    ``look_alpha(look)``): the looks are pooled from these (proof_rule.pooled_looks)."""
+    ``look_alpha(look, planned)``): the looks are pooled from these (proof_rule.pooled_looks, at the last look's
+    ``alpha``)."""
     keep = ("concurrency", "served_tok_per_s", "served_ci95", "best_static_mode", "best_static_tok_per_s",
             "best_static_ci95", "reference_launches", "reference_now", "ratio", "ratio_ci95", "ratio_ci_family",
             "verdict", "moved_since_look")
     kept_floor = ({k: floor.get(k) for k in ("launch_sd", "df", "df_levels", "launch_sd_data", "df_data", "prior")}
                   if floor else None)
-    return {"look": look, "at": at, "alpha": round(look_alpha(look), 6), "in_place": bool(in_place),
+    return {"look": look, "at": at, "alpha": round(look_alpha(look, planned), 8), "in_place": bool(in_place),
             "server": {"pid": server.get("pid"), "starttime": server.get("starttime")}, "floor": kept_floor,
             "levels": [{k: row.get(k) for k in keep} for row in rows]}
 

@@ -30,7 +30,7 @@ def sweep(mode: str, per_stream: float, half: float = 0.01) -> dict:
     return result(mode, [level(c, per_stream * c, half) for c in LEVELS])
 
 
-def prove(capsys, tmp_path: Path, served_per_stream: float, pid: int, fail: bool = False) -> dict:
+def prove(capsys, tmp_path: Path, served_per_stream: float, pid: int, fail: bool = False, **extra) -> dict:
     host_dir = tmp_path / "results" / RUN / HOST
     # The run: static n-gram 100 tok/s per stream; held to it (one mode: a rollback's check holds to one mode too).
     write(host_dir / "ngram.json", sweep("ngram", 100.0))
@@ -38,7 +38,7 @@ def prove(capsys, tmp_path: Path, served_per_stream: float, pid: int, fail: bool
     fresh = write(host_dir / "serve" / "references" / RUN / HOST / "ngram.json", sweep("ngram", 100.0))
     args = {"results_dir": str(tmp_path / "results"), "run_id": RUN, "host": HOST, "served_file": str(served),
             "plan": PLAN, "server": {"base_url": "http://127.0.0.1:1", "pid": pid, "starttime": pid * 10},
-            "reference": "ngram", "noise_floor_max_age_days": 0, "references_dir": str(fresh.parent)}
+            "reference": "ngram", "noise_floor_max_age_days": 0, "references_dir": str(fresh.parent), **extra}
     ansible_warnings._global_warnings.clear()
     with patch_module_args(args), pytest.raises(SystemExit) as exited:
         serve_proof.main()
@@ -65,7 +65,9 @@ def test_a_second_proof_is_the_second_look_and_cannot_turn_a_clearly_slower_leve
         b = row["ratio_ci_pooled"]
         assert row["launches_pooled"] == 2 and b[0] < 0.97 < b[1]  # the launches' mean, 95 and 98 over 100
         assert row["ratio_ci_combined"] == pytest.approx([max(a[0], b[0]), min(a[1], b[1])], abs=1e-4)
-    assert doc["looks"][0]["alpha"] == pytest.approx(0.0304, abs=1e-4) and doc["looks"][1]["in_place"] is False
+    # The sequence planned for serve_planned_looks (3) at look 1: 2.25% of the error rate, then 1.125%.
+    assert doc["sequence"]["planned_looks"] == 3 and doc["sequence"]["alpha"] == pytest.approx(0.01125)
+    assert [lo["alpha"] for lo in doc["looks"]] == pytest.approx([0.0225, 0.01125]) and doc["looks"][1]["in_place"] is False
     stored = json.loads((tmp_path / "results" / RUN / HOST / "serve-looks.json").read_text())
     assert stored["sequences"][doc["sequence"]["key"]]["looks"] == doc["looks"]
 
@@ -89,3 +91,16 @@ def test_an_unreadable_sequence_stops_the_proof_naming_it(capsys, tmp_path):
     out = prove(capsys, tmp_path, 100.0, pid=31, fail=True)
     assert "serve-looks.json" in out["msg"] and "move it aside" in out["msg"], out
     assert not (tmp_path / "results" / RUN / HOST / "serve.json").exists()
+
+
+def test_a_sequence_keeps_its_plan_and_a_plan_of_no_looks_is_refused_before_anything_is_written(capsys, tmp_path):
+    out = prove(capsys, tmp_path, 100.0, pid=31, fail=True, planned_looks=0)
+    assert "planned_looks=0" in out["msg"] and "serve_planned_looks" in out["msg"]
+    assert not (tmp_path / "results" / RUN / HOST / "serve-looks.json").exists()
+    assert not (tmp_path / "results" / RUN / HOST / "serve.json").exists()
+    prove(capsys, tmp_path, 100.0, pid=31, planned_looks=2)
+    second = prove(capsys, tmp_path, 100.0, pid=32, planned_looks=5)
+    # Planned for 2 at look 1, kept: look 2 spends the plan's second share (5% x 45%), not a 5-look plan's.
+    assert second["doc"]["sequence"]["planned_looks"] == 2
+    assert second["doc"]["looks"][1]["alpha"] == pytest.approx(0.05 * 0.45)
+    assert "planned for 2 looks" in json.dumps(second.get("warnings")), second.get("warnings")

@@ -1,5 +1,6 @@
 """A served configuration's proofs add up (issue 53, item 1): every proof of one configuration on one node is a look
-of one sequence, look k spending alpha * 6 / (pi^2 k^2) of the family-wise 5% (sequential.open_look_alpha), and a
+of one sequence, look k spending its share of the family-wise 5% planned at the first look (sequential.planned_look_alpha;
+a sequence without a plan: alpha * 6 / (pi^2 k^2), sequential.open_look_alpha), and a
 level's verdict reads the intersection, over the looks, of the looks so far pooled (proof_rule.combine_looks:
 one log ratio per served launch, their mean; looks in place share a launch, launches share a reference measurement).
 
@@ -17,6 +18,7 @@ from compare_synth import level, result
 
 from ansible_collections.specbench.core.plugins.module_utils import specbench_compare as cmp
 from ansible_collections.specbench.core.plugins.module_utils.specbench_client.stats import t975
+from ansible_collections.specbench.core.plugins.module_utils.specbench_compare import proof_rule
 
 Z = 1.959964
 MARGIN = 0.1
@@ -29,6 +31,36 @@ def test_the_spending_never_runs_out_and_sums_to_the_family_wise_rate():
     assert math.fsum(shares) < 0.05 and math.fsum(shares) == pytest.approx(0.05, rel=1e-4)
     with pytest.raises(ValueError, match="look must be 1 or more"):
         cmp.open_look_alpha(0)
+
+
+def test_a_planned_sequence_spends_most_where_it_plans_to_look_and_still_sums_to_the_family_wise_rate():
+    shares = [cmp.planned_look_alpha(k, 3) for k in range(1, 100001)]
+    assert shares[:4] == pytest.approx([0.0225, 0.01125, 0.01125, 0.005 * 6 / math.pi ** 2])
+    assert math.fsum(shares) < 0.05 and math.fsum(shares) == pytest.approx(0.05, rel=1e-4)
+    # The plan's third look gets more than three times the open rule's: what lets three relaunches decide.
+    assert shares[2] > 3 * cmp.open_look_alpha(3)
+    assert all(a > b > 0 for a, b in zip(shares[2:], shares[3:], strict=False))  # past the plan: ever less, never 0
+    one = [cmp.planned_look_alpha(k, 1) for k in range(1, 100001)]
+    assert one[0] == pytest.approx(0.045) and math.fsum(one) == pytest.approx(0.05, rel=1e-4)
+    eight = [cmp.planned_look_alpha(k, 8) for k in range(1, 100001)]
+    assert eight[1] == eight[7] == pytest.approx(0.05 * 0.45 / 7) and math.fsum(eight) == pytest.approx(0.05, rel=1e-4)
+    # A sequence stored without a plan keeps the open rule to its end.
+    assert [cmp.planned_look_alpha(k, None) for k in (1, 2, 9)] == [cmp.open_look_alpha(k) for k in (1, 2, 9)]
+    with pytest.raises(ValueError, match="serve_planned_looks must be 1 or more"):
+        cmp.planned_look_alpha(1, -2)
+    with pytest.raises(ValueError, match="look must be 1 or more"):
+        cmp.planned_look_alpha(0, 3)
+
+
+def test_a_sequence_keeps_the_plan_of_its_first_look_and_says_when_asked_for_another():
+    warnings: list[str] = []
+    sequence = {"looks": []}
+    assert cmp.sequence_plan(sequence, 3, warnings) == 3 and sequence["planned_looks"] == 3 and not warnings
+    sequence["looks"].append({"look": 1})
+    assert cmp.sequence_plan(sequence, 8, warnings) == 3  # never re-planned between looks
+    assert len(warnings) == 1 and "planned for 3 looks" in warnings[0] and "serve_planned_looks=8" in warnings[0]
+    old = {"looks": [{"look": 1}]}  # begun before sequences kept a plan
+    assert cmp.sequence_plan(old, 3, warnings) is None and "open rule" in warnings[1]
 
 
 def look(k: int, cis: dict[int, list | None]) -> dict:
@@ -81,7 +113,8 @@ def served(rng: random.Random, levels: list[int], truth: float, half: float, lau
                             for c in levels])
 
 
-def proved_sequence(rng: random.Random, truth: float, looks: int, launch_sd: float = 0.0) -> list[str]:
+def proved_sequence(rng: random.Random, truth: float, looks: int, launch_sd: float = 0.0,
+                    planned: int | None = None) -> list[str]:
     """One configuration proved ``looks`` times against one reference (the run's, pooled from one launch), each
     look a launch of its own; returns the combined verdicts after each look (the rule serve_proof applies)."""
     levels = [1, 4, 16]
@@ -93,18 +126,19 @@ def proved_sequence(rng: random.Random, truth: float, looks: int, launch_sd: flo
     for k in range(1, looks + 1):
         effect = math.exp(rng.gauss(0, launch_sd))
         rows = cmp.proof_rows(served(rng, levels, truth, 0.02, effect), ref, MARGIN, "ngram",
-                              alpha=cmp.look_alpha(k))
-        kept.append(cmp.look_record(rows, k, f"t{k}", {"pid": k}, False))
+                              alpha=cmp.look_alpha(k, planned))
+        kept.append(cmp.look_record(rows, k, f"t{k}", {"pid": k}, False, planned=planned))
         cmp.apply_looks(rows, kept, MARGIN, plan)
         out.append(" ".join(r["verdict"] for r in rows))
     return out
 
 
-def test_a_tie_re_proved_until_it_passes_claims_a_difference_in_at_most_five_percent_of_sequences():
+@pytest.mark.parametrize("planned", [None, 3, 1])
+def test_a_tie_re_proved_until_it_passes_claims_a_difference_in_at_most_five_percent_of_sequences(planned):
     rng = random.Random(53)
     n, claims, verified = 400, 0, 0
     for _ in range(n):
-        seq = proved_sequence(rng, 1.0, 5)
+        seq = proved_sequence(rng, 1.0, 5, planned=planned)
         claims += any(("worse" in v or "better" in v) for v in seq)
         verified += any(set(v.split()) == {"matches"} for v in seq)
     # 5% with a binomial allowance of 3 sd at n = 400 (1.1%): the bound is the union bound's, not an estimate.
@@ -148,6 +182,16 @@ def raw_look(k: int, ratio: float, pid: int, fresh: bool = True, floor: dict | N
 def pooled_width(combined: dict, conc: int = 16) -> float:
     lo, hi = combined[conc]["ratio_ci_pooled"]
     return math.log(hi / lo)
+
+
+def test_each_look_is_pooled_at_the_share_it_stored():
+    # Looks 1-3 of a sequence planned for 3: look 3 pooled at its stored 1.125%, narrower than the open rule's 0.34%.
+    looks = [raw_look(k, 0.95, pid=k) for k in range(1, 4)]
+    open_width = pooled_width(cmp.combine_looks(looks, MARGIN))
+    planned = [dict(lo, alpha=cmp.planned_look_alpha(lo["look"], 3)) for lo in looks]
+    assert pooled_width(cmp.combine_looks(planned, MARGIN)) < open_width
+    again = proof_rule.pooled_looks(looks, MARGIN, cmp.planned_look_alpha(3, 3))[16]["ratio_ci_family"]
+    assert cmp.combine_looks(planned, MARGIN)[16]["ratio_ci_pooled"] == again
 
 
 def test_a_sequence_of_equal_looks_never_claims_and_narrows_towards_matches():
@@ -218,3 +262,28 @@ def test_launches_with_references_of_their_own_measure_the_launch_sd_themselves(
     # One server proved three times (in place): no launch-to-launch spread to read, the windows alone as before.
     in_place = [raw_look(k, r, pid=9, floor=None) for k, r in enumerate([0.99, 1.01, 1.0], start=1)]
     assert cmp.combine_looks(in_place, MARGIN)[16]["launches"] == 1
+
+
+def test_an_unclear_proof_says_whether_launches_or_longer_windows_would_decide_it():
+    # C=1: the floor's launch part is most of the interval (relaunch); C=16: the windows are (measure longer).
+    rows = [{"concurrency": 1, "verdict": "unclear", "ratio": 0.97, "ratio_ci95": [0.85, 1.11],
+             "ratio_ci95_window": [0.95, 0.99]},
+            {"concurrency": 16, "verdict": "unclear", "ratio": 0.97, "ratio_ci95": [0.85, 1.11],
+             "ratio_ci95_window": [0.86, 1.10]}]
+    assert cmp.launch_dominated(rows[0]) and not cmp.launch_dominated(rows[1])
+    text = cmp.proof_verdict(rows)["text"]
+    assert "unclear at C=1: launch-to-launch variation is most of the interval" in text
+    assert "serve_reprove_unclear=relaunch" in text
+    assert "unclear at C=16 (measure longer: bench_window_s" in text
+    # No floor held (no window-only interval kept): the windows are all there is.
+    assert not cmp.launch_dominated({"ratio_ci95": [0.9, 1.1]})
+
+
+def test_a_node_that_moved_under_a_proof_in_place_is_not_called_a_mismatch_with_the_runs_own_measurement():
+    rows = [{"concurrency": 1, "verdict": "better", "node_changed": False},
+            {"concurrency": 4, "verdict": "better", "node_changed": True, "moved_since_look": 1},
+            {"concurrency": 16, "verdict": "unclear", "node_changed": True}]
+    text = cmp.proof_verdict(rows)["text"]
+    assert "the node changed since look 1: the served server's own rate moved clearly at C=4" in text
+    assert "clearly other than its own measurement in the run at C=16 " in text
+    assert "measurement in the run at C=4" not in text
