@@ -85,6 +85,9 @@ def worker_totals(text: str) -> dict | None:
         for key in ("ok", "failed", "tokens"):
             totals[key] += int(rec.get(key) or 0)
         totals["window"] = totals["window"] or bool(rec.get("window"))
+        for key in ("repeat", "repeats"):  # which of the level's repeats runs (bench_repeats)
+            if isinstance(rec.get(key), int) and not isinstance(rec.get(key), bool):
+                totals[key] = max(rec[key], totals.get(key) or 0)
         for key in ("window_left_s", "warmup_left_s", "drain_s", "drain_left_s"):  # the level's: the latest worker's
             if isinstance(rec.get(key), (int, float)) and not isinstance(rec.get(key), bool):
                 totals[key] = max(float(rec[key]), totals.get(key) or 0.0)
@@ -170,16 +173,23 @@ def level_eta_s(totals: dict | None, level_elapsed: float, level_expected: float
     stream to finish a request, which no clock says: its ETA holds until the window opens. Before the
     workers write (the module starting on the node), the plan's level time less the time gone, never
     less than the window (a level running past the plan's time, its warm-up waiting for long requests,
-    its module slow to start on a loaded node, still shows what it has left)."""
+    its module slow to start on a loaded node, still shows what it has left). A level of several repeats
+    (bench_repeats; the workers say which runs) adds each repeat still to come at the plan's share of the
+    level and the drain."""
     window_s = max(0.0, float(window_s or 0))
     totals = totals or {}
     drain = float(totals.get("drain_s") or 0.0)
+    repeats = int(totals.get("repeats") or 1)
+    later = 0.0
+    if repeats > 1 and totals.get("repeat") is not None:
+        each = max(0.0, (float(level_expected) - LEVEL_OVERHEAD_S) / repeats)
+        later = max(0, repeats - 1 - int(totals["repeat"])) * (each + drain)
     if totals.get("drain_left_s") is not None:
-        return float(totals["drain_left_s"]) + LEVEL_TAIL_S
+        return float(totals["drain_left_s"]) + later + LEVEL_TAIL_S
     if totals.get("window_left_s") is not None:
-        return float(totals["window_left_s"]) + drain + LEVEL_TAIL_S
+        return float(totals["window_left_s"]) + drain + later + LEVEL_TAIL_S
     if totals.get("warmup_left_s") is not None:
-        return float(totals["warmup_left_s"]) + window_s + drain + LEVEL_TAIL_S
+        return float(totals["warmup_left_s"]) + window_s + drain + later + LEVEL_TAIL_S
     return max(level_expected - level_elapsed, window_s + LEVEL_TAIL_S)
 
 

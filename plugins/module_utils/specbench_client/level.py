@@ -485,6 +485,7 @@ def run_level(settings: dict, concurrency: int, server: dict, trace: int = 0) ->
             settings["_prompt_budget"] = calibration["budget"]
             level["prompt_calibration"] = {k: v for k, v in calibration.items() if k != "word_tokens"}
         for rep in range(settings["repeats"]):
+            settings["_repeat"] = rep  # the workers' progress says which repeat runs (the level's ETA counts the rest)
             if settings["flush_cache"] and spec:
                 flushed_all = flush_cache(settings, engine=engine) and flushed_all
             raw = run_once(settings, concurrency, server["model"], f"c{concurrency}r{rep}", trace=trace, reader=reader)

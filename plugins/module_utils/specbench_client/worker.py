@@ -266,7 +266,8 @@ class Worker(ResponseReader):
         (a reader never sees half of it); a file that cannot be written costs only the progress."""
         in_window = self.ws is not None and now >= self.ws
         record = {"worker": self.widx, "ok": self.ok, "failed": self.failed, "tokens": self.whole_tokens,
-                  "window": in_window, "wall": time.time()}
+                  "window": in_window, "wall": time.time(), "repeat": int(self.settings.get("_repeat") or 0),
+                  "repeats": int(self.settings.get("repeats") or 1)}
         # The seconds left, on this node's clock, for the level's ETA: of the warm-up's minimum before the
         # window opens (it opens once every stream also finished a request), of the timed window once open
         # (an adaptive window's maximum; a window closed by a request count has none); the drain expected

@@ -106,9 +106,11 @@ def test_worker_writes_its_progress_file(tmp_path):
     worker.progress_path, worker.widx, worker.ok, worker.failed, worker.whole_tokens = str(tmp_path / "p"), 3, 4, 1, 99
     worker.ws, worker.we, worker.min_ws, worker.count_mode = 10.0, 70.0, 8.0, False
     worker.ok_seconds, worker.drain, worker.stopping, worker.streams = 30.0, True, False, {}
+    worker.settings = {"_repeat": 1, "repeats": 3}  # the second of the level's three repeats (level.measure_level)
     worker._write_progress(11.0)
     rec = json.loads((tmp_path / "p.w3").read_text())
     assert (rec["ok"], rec["failed"], rec["tokens"], rec["window"]) == (4, 1, 99, True)
+    assert (rec["repeat"], rec["repeats"]) == (1, 3)
     # No request in flight: the drain expected is a mean answered request (30 s over 4).
     assert rec["window_left_s"] == 59.0 and rec["drain_s"] == 7.5 and "warmup_left_s" not in rec
     assert not os.path.exists(tmp_path / "p.w3.tmp")
@@ -146,6 +148,12 @@ def test_the_level_eta_reads_the_workers_clock_not_only_the_plan():
     # Nothing from the workers yet: the plan's time left, never less than the window.
     assert live.level_eta_s(None, level_elapsed=10, level_expected=93, window_s=60) == 83.0
     assert live.level_eta_s(None, level_elapsed=50, level_expected=93, window_s=60) == 61.0
+    # bench_repeats 3 (level 3 x (10 s warm-up + 20 s window) + 3 s): in the first repeat's window, 5 s left, then
+    # two more repeats of 30 s and their 2-s drains; in the last one, only its own time.
+    assert live.level_eta_s({"window_left_s": 5.0, "drain_s": 2.0, "repeat": 0, "repeats": 3}, 20, 93, 20) == 72.0
+    assert live.level_eta_s({"window_left_s": 5.0, "drain_s": 2.0, "repeat": 2, "repeats": 3}, 80, 93, 20) == 8.0
+    assert live.worker_totals('{"worker": 0, "ok": 1, "failed": 0, "tokens": 9, "window": true, "repeat": 1, '
+                              '"repeats": 3, "window_left_s": 4.0}\n')["repeat"] == 1
     text = ('{"worker": 0, "ok": 1, "failed": 0, "tokens": 9, "window": true, "window_left_s": 4.0}\n'
             '{"worker": 1, "ok": 1, "failed": 0, "tokens": 9, "window": false, "warmup_left_s": 0.0}\n')
     totals = live.worker_totals(text)
