@@ -256,7 +256,14 @@ def test_refinement_pins_the_crossover_near_the_model_within_the_ratio_and_the_l
     # Narrowed to the ratio, or as far as clear verdicts allow, or until the level budget was spent.
     assert hi / lo <= 1.3 or (inside and set(inside) == {"unclear"}) or len(refined) == REFINE_MAX_LEVELS, \
         found["levels"]
-    assert hi / lo < 80 / 20, found["crossover_ci95"]
+    # The bracket is the nearest clear levels: a refined level read clear narrows it below the 20 to 80 it started
+    # from. Both refined levels unclear (beside a full CI run: C=40 1.16 [1.03, 1.31] and 57 0.94 [0.85, 1.05] at
+    # 95%, neither clear family-wise) leave it there, the budget spent and the report saying so.
+    if any(lv["refined"] and lv["verdict"] in ("pays", "loses") for lv in found["levels"]):
+        assert hi / lo < 80 / 20, found["crossover_ci95"]
+    else:
+        assert len(refined) == REFINE_MAX_LEVELS and (lo, hi) == (20, 80), found["levels"]
+        assert f"unclear (the data cannot tell) at C={min(refined)}" in found["crossover_text"], found["crossover_text"]
     assert lo <= found["crossover_concurrency"] <= hi, (found["crossover_concurrency"], found["crossover_ci95"])
     assert 1 <= len(refined) <= REFINE_MAX_LEVELS, found["levels"]
     host_dir = run_dir / "llama"
