@@ -321,7 +321,7 @@ def main():
                                       "windows alone; a launch-to-launch difference may read as a regression")},
         "levels": rows,
         "sequence": {"key": key, "look": look, "looks": len(sequence["looks"]), "planned_looks": planned,
-                     "alpha": sequence["looks"][-1]["alpha"], "file": os.path.basename(looks_path),
+                     "file": os.path.basename(looks_path),
                      "method": cmp.LOOKS_METHOD},
         "looks": sequence["looks"],
         "node_changed": verdict["changed"],

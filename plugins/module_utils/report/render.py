@@ -39,6 +39,7 @@ from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.s
 from ansible_collections.specbench.core.plugins.module_utils.specbench_compare.serve_proof import (
     ACCEPT_LIFETIME,
     ACCEPT_OFF,
+    moved_levels,
 )
 
 PLOTS = {
@@ -510,7 +511,7 @@ def _looks_lines(served: dict) -> list[str]:
                          + (f" ({r['launches_pooled']} launches pooled)" if (r.get("launches_pooled") or 0) > 1 else "")
                          for r in served.get("levels") or [])
     lines.append(f"- combined: {_md(combined)}")
-    moved = {r["concurrency"]: r["moved_since_look"] for r in served.get("levels") or [] if r.get("moved_since_look")}
+    moved = moved_levels(served.get("levels") or [])
     own = [c for c in served.get("node_changed") or [] if c not in moved]
     if own:
         lines.append(f"- the node changed: clearly other than the run's own measurement of this configuration at "

@@ -249,6 +249,13 @@ def launch_dominated(row: dict) -> bool:
     return total * total - windows * windows > windows * windows
 
 
+def moved_levels(rows: list[dict]) -> dict[int, int]:
+    """``{concurrency: look}``: the levels where a proof in place found the served server's own rate moved clearly
+    since that earlier look (``check_unmoved``): the node changed under it, which is not the configuration reading
+    other than the run's own measurement of it (``self_referenced``)."""
+    return {r["concurrency"]: r["moved_since_look"] for r in rows if r.get("moved_since_look")}
+
+
 def proof_verdict(rows: list[dict]) -> dict:
     """``{verified, worse, unclear, ignored, changed, disagree, text}`` from the rows (their ``verdict``: the
     combined one, ``apply_looks``): verified only when no level is worse or unclear and the configuration drafts
@@ -273,14 +280,14 @@ def proof_verdict(rows: list[dict]) -> dict:
         parts = []
         if worse:
             parts.append(f"clearly slower than its reference at C={', '.join(map(str, worse))}{over}")
-        moved = [r["concurrency"] for r in rows if r.get("node_changed") and r.get("moved_since_look")]
+        moved = moved_levels(rows)
         own = [c for c in changed if c not in moved]
         if own:
             parts.append(f"the node changed: the configuration reads clearly other than its own measurement in the "
                          f"run at C={', '.join(map(str, own))} (the run's figures are not comparable now: compare "
                          "again; not a regression, nothing rolled back)")
         if moved:
-            since = sorted({r["moved_since_look"] for r in rows if r["concurrency"] in moved})
+            since = sorted(set(moved.values()))
             parts.append(f"the node changed since look {', '.join(map(str, since))}: the served server's own rate "
                          f"moved clearly at C={', '.join(map(str, moved))}, so the references measured at its launch "
                          "are not comparable there now and this look adds nothing there (relaunch it, its references "
@@ -291,10 +298,13 @@ def proof_verdict(rows: list[dict]) -> dict:
         launch_bound = [c for c in unclear if launch_dominated(next(r for r in rows if r["concurrency"] == c))]
         windows_bound = [c for c in unclear if c not in launch_bound]
         if launch_bound:
+            # A proof with a clearly slower level is proved again in place whatever serve_reprove_unclear says.
+            how = ("serve_state=absent, then serve.yml again" if worse
+                   else "serve_reprove_unclear=relaunch")
             parts.append(f"unclear at C={', '.join(map(str, launch_bound))}{over}: launch-to-launch variation is most "
-                         "of the interval there, which only more launches average out (relaunch it, references "
-                         "measured again: serve_reprove_unclear=relaunch; a proof in place cannot narrow it, and "
-                         "measuring longer narrows only the windows)")
+                         f"of the interval there, which only more launches average out (relaunch it, references "
+                         f"measured again: {how}; a proof in place cannot narrow it, and measuring longer narrows "
+                         "only the windows)")
         if windows_bound:
             parts.append(f"unclear at C={', '.join(map(str, windows_bound))}{over} (measure longer: bench_window_s, "
                          "bench_warmup_s)")

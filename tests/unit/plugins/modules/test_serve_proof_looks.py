@@ -66,7 +66,7 @@ def test_a_second_proof_is_the_second_look_and_cannot_turn_a_clearly_slower_leve
         assert row["launches_pooled"] == 2 and b[0] < 0.97 < b[1]  # the launches' mean, 95 and 98 over 100
         assert row["ratio_ci_combined"] == pytest.approx([max(a[0], b[0]), min(a[1], b[1])], abs=1e-4)
     # The sequence planned for serve_planned_looks (3) at look 1: 2.25% of the error rate, then 1.125%.
-    assert doc["sequence"]["planned_looks"] == 3 and doc["sequence"]["alpha"] == pytest.approx(0.01125)
+    assert doc["sequence"]["planned_looks"] == 3
     assert [lo["alpha"] for lo in doc["looks"]] == pytest.approx([0.0225, 0.01125]) and doc["looks"][1]["in_place"] is False
     stored = json.loads((tmp_path / "results" / RUN / HOST / "serve-looks.json").read_text())
     assert stored["sequences"][doc["sequence"]["key"]]["looks"] == doc["looks"]

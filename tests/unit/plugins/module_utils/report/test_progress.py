@@ -106,7 +106,7 @@ def test_worker_writes_its_progress_file(tmp_path):
     worker.progress_path, worker.widx, worker.ok, worker.failed, worker.whole_tokens = str(tmp_path / "p"), 3, 4, 1, 99
     worker.ws, worker.we, worker.min_ws, worker.count_mode = 10.0, 70.0, 8.0, False
     worker.ok_seconds, worker.drain, worker.stopping, worker.streams = 30.0, True, False, {}
-    worker.settings = {"_repeat": 1, "repeats": 3}  # the second of the level's three repeats (level.measure_level)
+    worker.settings = {"_repeat": 1, "repeats": 3}  # the second of the level's three repeats (level.run_level)
     worker._write_progress(11.0)
     rec = json.loads((tmp_path / "p.w3").read_text())
     assert (rec["ok"], rec["failed"], rec["tokens"], rec["window"]) == (4, 1, 99, True)

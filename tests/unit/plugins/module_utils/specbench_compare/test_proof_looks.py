@@ -287,3 +287,11 @@ def test_a_node_that_moved_under_a_proof_in_place_is_not_called_a_mismatch_with_
     assert "the node changed since look 1: the served server's own rate moved clearly at C=4" in text
     assert "clearly other than its own measurement in the run at C=16 " in text
     assert "measurement in the run at C=4" not in text
+
+
+def test_with_a_clearly_slower_level_the_advice_to_relaunch_names_the_way_that_relaunches():
+    rows = [{"concurrency": 1, "verdict": "worse", "ratio": 0.8, "ratio_ci95": [0.7, 0.9]},
+            {"concurrency": 4, "verdict": "unclear", "ratio": 0.97, "ratio_ci95": [0.85, 1.11],
+             "ratio_ci95_window": [0.95, 0.99]}]
+    text = cmp.proof_verdict(rows)["text"]
+    assert "serve_state=absent, then serve.yml again" in text and "serve_reprove_unclear" not in text
