@@ -116,6 +116,43 @@ class Interrupted(Exception):
     """SIGINT or SIGTERM during the sweep (its text: the signal's name), or ansible-playbook gone."""
 
 
+class SignalLatch:
+    """SIGINT and SIGTERM during the sweep: the first raises Interrupted, every later one is ignored.
+
+    Ctrl-C reaches the worker twice within milliseconds: ansible-playbook forwards the SIGINT to its
+    workers, then its cleanup terminates the ones still alive with SIGTERM (TaskQueueManager's signal
+    handler and _cleanup_processes, ansible/executor/task_queue_manager.py). A second Interrupted raised
+    while the first is handled would cut short the writes that mark the results file interrupted and
+    leave it "running" (a CI run read that once)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.caught: str | None = None
+        self._previous: dict = {}
+
+    def __call__(self, signum, unused_frame):
+        if self.caught is None:
+            self.trip(signal.Signals(signum).name)
+
+    def trip(self, reason: str):
+        """End the sweep for ``reason`` (a signal's name, or ansible-playbook gone); later signals are ignored."""
+        self.caught = reason
+        raise Interrupted(reason)
+
+    def install(self):
+        for sig in self.SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self)
+            except ValueError:  # not the main thread: the default handling stays
+                pass
+
+    def restore(self):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
 # ansible-runner's cancel (AWX's) sends SIGKILL to ansible-playbook's process group
 # (ansible_runner/runner.py, Runner.handle_termination: os.killpg(pgroup, signal.SIGKILL)), but the
 # task's worker is not in it: ansible-core's WorkerProcess._detach (ansible/executor/process/worker.py)
@@ -252,7 +289,7 @@ class ActionModule(ActionBase):
             if not worker.is_alive():
                 break
             if os.getppid() != getattr(self, "_playbook_pid", os.getppid()):
-                raise Interrupted(PLAYBOOK_GONE)  # the level in flight is not kept
+                self._latch.trip(PLAYBOOK_GONE)  # the level in flight is not kept
             if time.monotonic() >= next_tick:
                 next_tick += tick.interval
                 tick(self._node_progress(margs["progress_path"]), time.monotonic() - started)
@@ -322,23 +359,14 @@ class ActionModule(ActionBase):
             doc["finished_at"] = now_iso()
             save()
 
-        def on_signal(signum, unused_frame):
-            raise Interrupted(signal.Signals(signum).name)
-
-        handlers = {}
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                handlers[sig] = signal.signal(sig, on_signal)
-            except ValueError:  # not the main thread: the default handling stays
-                pass
+        latch = self._latch = SignalLatch()
+        latch.install()
         try:
             return self._sweep_run(result, task_vars, args, settings, mode, results_file, host, match, interval, doc,
                                    save, finish, secrets, server_fact, engine, progress_dir, attempt, full_levels)
         except Interrupted as exc:
             # Ctrl-C (SIGINT) or a SIGTERM (a kill, a stop): what was measured stays on disk, the file and the run
-            # marked incomplete, with how to resume it; a second signal does not cut these writes short.
-            for sig in handlers:
-                signal.signal(sig, signal.SIG_IGN)
+            # marked incomplete, with how to resume it; a second signal does not cut these writes short (the latch).
             finish("interrupted", f"interrupted by {exc} after {len(doc['levels'])} of {len(full_levels)} levels")
             message = live.mark_incomplete(run_dir, f"{exc} during {mode} on {host}")
             try:
@@ -352,8 +380,7 @@ class ActionModule(ActionBase):
             result.update(failed=True, interrupted=True, msg=message, results_file=results_file)
             return result
         finally:
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+            latch.restore()
 
     def _sweep_run(self, result, task_vars, args, settings, mode, results_file, host, match, interval, doc, save,
                    finish, secrets, server_fact, engine, progress_dir, attempt, full_levels):

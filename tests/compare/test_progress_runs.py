@@ -244,26 +244,41 @@ def test_the_level_eta_counts_down_to_the_levels_end(long_level):
 # ---------------------------------------------------------------------------------------------
 # Interrupted (Ctrl-C: SIGINT to ansible-playbook) during eagle3's sweep, then resumed
 # ---------------------------------------------------------------------------------------------
+def playbook_processes(pdd: Path) -> dict[int, int]:
+    """{pid: parent pid} of the ansible-playbook this test started and its workers (forks with its
+    command line, which names the run's private folder)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if "ansible-playbook" in cmd and str(pdd) in cmd:
+                found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+    return found
+
+
 def playbook_pid(pdd: Path, timeout: float = 60) -> int:
-    """The ansible-playbook process this test started (its command line names the run's private folder)."""
+    """The ansible-playbook process this test started: the one whose parent is none of its workers."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        found = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                if "ansible-playbook" in cmd and str(pdd) in cmd:
-                    found[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-        # Its workers are forks with the same command line: the one whose parent is none of them.
+        found = playbook_processes(pdd)
         top = [pid for pid, parent in found.items() if parent not in found]
         if found and len(top) == 1:
             return top[0]
         time.sleep(0.2)
     raise AssertionError("ansible-playbook did not start")
+
+
+def wait_workers_gone(pdd: Path, timeout: float = 60) -> None:
+    """ansible-playbook exits on Ctrl-C without waiting for its workers (they run in their own sessions,
+    ansible/executor/process/worker.py): the sweep's worker writes the interrupted file after that."""
+    deadline = time.monotonic() + timeout
+    while playbook_processes(pdd):
+        assert time.monotonic() < deadline, f"ansible-playbook's workers still run {timeout} s after it exited"
+        time.sleep(0.2)
 
 
 def wait_levels(path: Path, count: int, thread, timeout: float = 400) -> dict:
@@ -291,6 +306,7 @@ def interrupted_run(tmp_path_factory):
         os.kill(pid, signal.SIGINT)  # Ctrl-C, during eagle3's second level
         thread.join(120)
         assert not thread.is_alive(), "ansible-playbook went on after SIGINT"
+        wait_workers_gone(pdd)
         cut = PlaybookRun.of(runner, pdd, extravars)
         kept = {name: json.loads((host_dir / f"{name}.json").read_text()) for name in ("baseline", "eagle3")}
         state = json.loads((tmp / "results" / "cut" / "run-state.json").read_text())
@@ -387,11 +403,8 @@ def cancelled_run(tmp_path_factory):
         assert not thread.is_alive(), "the cancelled run went on"
         cut = PlaybookRun.of(runner, pdd, extravars)
         # The task's worker outlives the SIGKILL (its own session): it notices the playbook gone within a
-        # second and files what it measured; wait for its word (bounded), as the next job would find it.
-        state_path = tmp / "results" / "awx" / "run-state.json"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and json.loads(state_path.read_text())["status"] == "running":
-            time.sleep(0.2)
+        # second, files what it measured and exits; wait for it (bounded), as the next job would find its word.
+        wait_workers_gone(pdd)
         kept = {p.stem: json.loads(p.read_text()) for p in host_dir.glob("*.json") if p.stem in ("baseline", "eagle3")}
         left = server_records(node)
         (tmp / "cancelled.json").write_text(json.dumps({
