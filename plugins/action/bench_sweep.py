@@ -269,6 +269,11 @@ class ActionModule(ActionBase):
             return None
         return live.worker_totals(res.get("stdout") or "")
 
+    def _check_playbook(self):
+        """End the sweep (the level in flight not kept) when ansible-playbook, the worker's parent, is gone."""
+        if os.getppid() != getattr(self, "_playbook_pid", os.getppid()):
+            self._latch.trip(PLAYBOOK_GONE)
+
     def _measure_live(self, task_vars, margs, tick):
         """Run one level's module call in a thread; every ``tick.interval`` seconds while it runs,
         read the workers' tallies from the node and hand them to ``tick``."""
@@ -288,11 +293,13 @@ class ActionModule(ActionBase):
             worker.join(min(1.0, max(0.0, next_tick - time.monotonic())))
             if not worker.is_alive():
                 break
-            if os.getppid() != getattr(self, "_playbook_pid", os.getppid()):
-                self._latch.trip(PLAYBOOK_GONE)  # the level in flight is not kept
+            self._check_playbook()
             if time.monotonic() >= next_tick:
                 next_tick += tick.interval
                 tick(self._node_progress(margs["progress_path"]), time.monotonic() - started)
+        # A level that ended after the playbook died is not kept either: the node lock's keeper stops the server
+        # once the run is gone (module_utils/launch/orphans.py), so its last requests may have met no server.
+        self._check_playbook()
         if "exc" in box:
             raise box["exc"]
         return box["res"]
@@ -389,6 +396,7 @@ class ActionModule(ActionBase):
             # The probe also sends the output match's prompts (one module call, before the first warmup).
             probe = self._call(task_vars, self._module_args(settings, probe=True, concurrency=[1],
                                                             output_match=match[0], output_match_tokens=match[1]))
+            self._check_playbook()  # killed meanwhile: the probe may have met a server already stopped
             if probe.get("failed"):
                 error = f"cannot benchmark the server: {probe.get('msg')}"
                 finish("failed", error)

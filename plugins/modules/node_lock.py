@@ -79,6 +79,20 @@ options:
         serve.yml's (C(served)), read once the lock is held (in check mode, without it), so that bench, compare
         and teardown refuse a served node before they touch anything.
     type: path
+  orphan_records:
+    description:
+      - The node's folder of launch records (C(state/servers)). When given, and the process the keeper watches ends
+        without this run having released the lock (an AWX cancel, Ctrl-C, a kill, a lost SSH connection), the keeper,
+        still holding the lock, stops every measuring launch (not serve.yml's service) recorded while it held the
+        lock whose leader still runs at the head of its recorded process group (SIGTERM, after I(orphan_term_s)
+        SIGKILL), retires its record and appends a line to C(orphans.jsonl) beside the folder.
+      - A run that ends normally tore its launches down itself; one that releases the lock leaves them to itself.
+      - C(specbench_compare) never reads it; the next run's teardown still proves the GPUs clean.
+    type: path
+  orphan_term_s:
+    description: Seconds the keeper waits after SIGTERM before it sends SIGKILL to a launch left behind.
+    type: float
+    default: 15
 """
 
 EXAMPLES = r"""
@@ -93,7 +107,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 holder:
-  description: The holder record (token, run_id, playbook, user, awx_job_id, since, pid, starttime, watching).
+  description: >-
+    The holder record (token, run_id, playbook, user, awx_job_id, since, since_unix, pid, starttime, watching).
   returned: always
   type: dict
 already:
@@ -125,6 +140,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.specbench.core.plugins.module_utils.launch.orphans import stop_orphans
 from ansible_collections.specbench.core.plugins.module_utils.launch.process import recorded_alive, served_record
 from ansible_collections.specbench.core.plugins.module_utils.node.lock import (
     LockError,
@@ -160,14 +176,17 @@ def main():
             "poll_s": {"type": "float", "default": 0.2},
             "max_hold_s": {"type": "float", "default": 86400},
             "served_record": {"type": "path"},
+            "orphan_records": {"type": "path"},
+            "orphan_term_s": {"type": "float", "default": 15},
         },
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("wait_s", "poll_s", "max_hold_s"):
-        if p[name] < 0 or (name != "wait_s" and p[name] == 0):
+    for name in ("wait_s", "poll_s", "max_hold_s", "orphan_term_s"):
+        if p[name] < 0 or (name in ("poll_s", "max_hold_s") and p[name] == 0):
+            allowed = {"wait_s": " (0 allowed: fail at once)", "orphan_term_s": " (0 allowed: SIGKILL at once)"}
             module.fail_json(msg=f"node_lock {name} is {p[name]}: it must be a number of seconds above 0"
-                                 f"{' (0 allowed: fail at once)' if name == 'wait_s' else ''}.", error="bad_input")
+                                 f"{allowed.get(name, '')}.", error="bad_input")
     path = p["path"]
     if p["state"] == "released":
         done = False if module.check_mode else release(path, p["token"])
@@ -192,7 +211,11 @@ def main():
                          **served(p["served_record"]), msg="check mode: took no lock; " + held)
     who = {k: p[k] for k in ("run_id", "playbook", "user", "awx_job_id")}
     try:
-        holder = acquire(path, p["token"], who, p["wait_s"], p["poll_s"], p["max_hold_s"])
+        on_gone = None
+        if p["orphan_records"]:
+            def on_gone(since, records=p["orphan_records"], term_s=p["orphan_term_s"]):
+                stop_orphans(records, since, term_s)
+        holder = acquire(path, p["token"], who, p["wait_s"], p["poll_s"], p["max_hold_s"], on_holder_gone=on_gone)
     except LockError as exc:
         module.fail_json(msg=str(exc), holder=exc.holder, error="node_locked")
     already = holder.pop("already")

@@ -281,6 +281,14 @@ def wait_workers_gone(pdd: Path, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
+def wait_keeper_gone(node: Path, timeout: float = 60) -> None:
+    """The node lock's keeper removes node.lock.json as it exits (after stopping what a killed run left)."""
+    deadline = time.monotonic() + timeout
+    while (node / "node.lock.json").exists():
+        assert time.monotonic() < deadline, f"the node lock's keeper still runs {timeout} s after the run"
+        time.sleep(0.2)
+
+
 def wait_levels(path: Path, count: int, thread, timeout: float = 400) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and thread.is_alive():
@@ -378,7 +386,8 @@ def server_records(node: Path) -> list[dict]:
         pid = int(rec.get("pid") or 0)
         same = rec.get("starttime") is None or str(starttime(pid)) == str(rec.get("starttime"))
         found.append({"pid": pid, "mode": rec.get("mode"), "alive": bool(pid > 1 and alive(pid) and same
-                                                                        and str(node) in command_line(pid))})
+                                                                        and str(node) in command_line(pid)),
+                      "torn_down": rec.get("torn_down")})
     return found
 
 
@@ -405,10 +414,15 @@ def cancelled_run(tmp_path_factory):
         # The task's worker outlives the SIGKILL (its own session): it notices the playbook gone within a
         # second, files what it measured and exits; wait for it (bounded), as the next job would find its word.
         wait_workers_gone(pdd)
+        # The node lock's keeper saw the playbook gone too: it stops the server the run left, then drops the lock.
+        wait_keeper_gone(node)
         kept = {p.stem: json.loads(p.read_text()) for p in host_dir.glob("*.json") if p.stem in ("baseline", "eagle3")}
         left = server_records(node)
+        orphans_log = node / "state" / "orphans.jsonl"
+        orphans = [json.loads(line) for line in orphans_log.read_text().splitlines()] if orphans_log.exists() else []
         (tmp / "cancelled.json").write_text(json.dumps({
             "status": runner.status, "rc": cut.rc, "stdout": cut.stdout, "kept": kept, "servers": left,
+            "orphans": orphans,
             "state": json.loads((tmp / "results" / "awx" / "run-state.json").read_text())}))
         resumed = run_playbook(tmp, "playbooks/compare.yml", inventory({"node1": host}),
                                dict(extravars, resume=True), timeout=RUN_TIMEOUT_S)
@@ -440,10 +454,13 @@ def test_an_awx_cancel_keeps_the_levels_and_the_resume_measures_only_what_is_mis
     assert cut["state"]["status"] == "incomplete", cut["state"]
     assert "ansible-playbook playbooks/compare.yml -e run_id=awx -e resume=true" in cut["state"]["message"]
     assert "-e run_id=awx -e resume=true resumes it" in cut["stdout"]
-    # The server the run launched outlives the SIGKILL (its own session, as every launch)...
-    assert [s["alive"] for s in cut["servers"]] == [True], cut["servers"]
-    # ... until the resumed attempt tears it down before its first launch; it measures only what is missing and
-    # leaves no server behind.
+    # The server the run launched outlives the SIGKILL (its own session, as every launch), but not the run: the
+    # node lock's keeper, still holding the lock, stopped its process group and retired its record.
+    assert [s["alive"] for s in cut["servers"]] == [False], cut["servers"]
+    assert [(o["mode"], o["signals"], o["stopped"], o["retired"]) for o in cut["orphans"]] == [
+        ("baseline", ["SIGTERM"], True, True)], cut["orphans"]
+    assert [s["torn_down"]["by"] for s in cut["servers"]] == ["specbench.core.node_lock (the lock's keeper)"]
+    # The resumed attempt measures only what is missing and leaves no server behind.
     assert found.rc == 0, found.stdout[-4000:]
     assert "resuming run awx, attempt 2" in found.stdout
     measured = LEVELS[:1]

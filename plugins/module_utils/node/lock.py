@@ -204,10 +204,13 @@ def held_by(path: str, token: str) -> dict | None:
 
 
 def acquire(path: str, token: str, who: dict, wait_s: float, poll_s: float = 0.2, max_hold_s: float = 86400.0,
-            watch: dict | None = None, clock=time.monotonic, sleep=time.sleep) -> dict:
+            watch: dict | None = None, clock=time.monotonic, sleep=time.sleep, on_holder_gone=None) -> dict:
     """Take the lock for this run (``token``), waiting up to wait_s; the holder record.
     ``who``: run_id, playbook, user, awx_job_id; ``watch``: the holder process the keeper outlives
-    never (default: holder_process()). Raises LockError naming the holder."""
+    never (default: holder_process()). ``on_holder_gone(since)``: called by the keeper, the lock still
+    held, when the watched process ends without the run having released the lock (``since``: unix
+    seconds when the lock was taken); never after a release or ``max_hold_s``. Raises LockError naming
+    the holder."""
     mine = held_by(path, token)
     if mine is not None:
         return {**mine, "already": True}
@@ -235,13 +238,15 @@ def acquire(path: str, token: str, who: dict, wait_s: float, poll_s: float = 0.2
             "awx_job_id": who.get("awx_job_id"), "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "watching": watch, "waited_s": round(waited, 3), "max_hold_s": max_hold_s,
         }
-        record.update(_spawn_keeper(fd, path, record, watch, max_hold_s, poll_s))
+        record["since_unix"] = round(time.time(), 3)
+        record.update(_spawn_keeper(fd, path, record, watch, max_hold_s, poll_s, on_holder_gone))
         return {**record, "already": False}
     finally:
         os.close(fd)
 
 
-def _spawn_keeper(fd: int, path: str, record: dict, watch: dict, max_hold_s: float, poll_s: float) -> dict:
+def _spawn_keeper(fd: int, path: str, record: dict, watch: dict, max_hold_s: float, poll_s: float,
+                  on_holder_gone=None) -> dict:
     """Fork the daemon that keeps the lock; its pid and start time once it wrote the record."""
     rfd, wfd = os.pipe()
     child = os.fork()
@@ -251,7 +256,7 @@ def _spawn_keeper(fd: int, path: str, record: dict, watch: dict, max_hold_s: flo
             os.setsid()
             if os.fork() != 0:
                 os._exit(0)
-            _keeper(fd, wfd, path, record, watch, max_hold_s, poll_s)
+            _keeper(fd, wfd, path, record, watch, max_hold_s, poll_s, on_holder_gone)
         finally:
             os._exit(0)
     os.close(wfd)
@@ -264,7 +269,7 @@ def _spawn_keeper(fd: int, path: str, record: dict, watch: dict, max_hold_s: flo
         raise LockError(f"the node lock's keeper did not start ({answer[:200]!r}).") from exc
 
 
-def _keeper(fd, wfd, path, record, watch, max_hold_s, poll_s):  # pragma: no cover (runs in the daemon)
+def _keeper(fd, wfd, path, record, watch, max_hold_s, poll_s, on_holder_gone=None):  # pragma: no cover (daemon)
     null = os.open(os.devnull, os.O_RDWR)
     for target in (0, 1, 2):
         os.dup2(null, target)
@@ -289,12 +294,21 @@ def _keeper(fd, wfd, path, record, watch, max_hold_s, poll_s):  # pragma: no cov
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     _title("specbench-lock")
     began = time.monotonic()
+    holder_gone = False
     while not stop:
         if watch.get("pid") and not alive(watch["pid"], watch.get("starttime")):
+            holder_gone = True
             break
         if not watch.get("pid") and time.monotonic() - began >= max_hold_s:
             break
         time.sleep(poll_s)
+    if holder_gone and not stop and on_holder_gone is not None:
+        # The run is gone without releasing the lock (killed, cancelled, its connection lost): what it left
+        # is cleaned up while the lock is still held, so a job waiting for it finds the node as a run leaves it.
+        try:
+            on_holder_gone(record["since_unix"])
+        except Exception:  # noqa: BLE001 - the keeper must still drop the lock
+            pass
     if read_holder(path).get("token") == record["token"]:
         try:
             os.unlink(path + INFO_SUFFIX)

@@ -149,7 +149,8 @@ def void_reason(server: dict) -> str | None:
     return None
 
 
-def retire_state_file(path: str, server: dict, reason: str, warnings: list[str]) -> bool:
+def retire_state_file(path: str, server: dict, reason: str, warnings: list[str],
+                      by: str = "specbench.core.gpu_teardown") -> bool:
     """Mark the state file torn down when it still names ``server`` (pid, pgid and start time as
     read and verified): another launch may have replaced it since, and its record is never
     retired by a teardown that did not verify it."""
@@ -167,7 +168,7 @@ def retire_state_file(path: str, server: dict, reason: str, warnings: list[str])
                         "for that launch's own teardown.")
         return False
     data["torn_down"] = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "reason": reason,
-                         "by": "specbench.core.gpu_teardown"}
+                         "by": by}
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
