@@ -7,6 +7,8 @@ test's own node folder (fixture ``node_dir`` in conftest.py).
 """
 from __future__ import annotations
 
+import fcntl
+import os
 import sys
 from pathlib import Path
 
@@ -19,8 +21,20 @@ from ansible_collections.specbench.core.plugins.module_utils.teardown import pro
 PLAYBOOKS = Path(__file__).resolve().parent / "playbooks"
 FAKES = Path(__file__).resolve().parent / "fakes"
 
-__all__ = ["FAKES", "PLAYBOOKS", "ROOT", "case_outcomes", "cases_playbook", "emulator_vars", "free_port",
+__all__ = ["FAKES", "PLAYBOOKS", "ROOT", "case_outcomes", "cases_playbook", "emulator_vars", "flock_free", "free_port",
            "localhost_inventory", "proc_table", "run_playbook", "snapshot_sources"]
+
+
+def flock_free(path) -> bool:
+    """Whether nobody holds the flock on ``path`` (taken and given back at once when free)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def localhost_inventory(**hostvars) -> dict:

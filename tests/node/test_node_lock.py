@@ -4,14 +4,13 @@ outlives its holder; the lock file is trusted only as this user's regular file (
 or another user's file is refused at once, never followed or waited on)."""
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import sys
 import time
 
 import pytest
-from nodekit import ROOT  # noqa: F401  (puts the collection on sys.path)
+from nodekit import ROOT, flock_free
 
 from ansible_collections.specbench.core.plugins.module_utils.node import lock
 
@@ -23,17 +22,6 @@ def _holder():
     """A process standing for job A's ansible-playbook: the lock must die with it."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     return proc, {"pid": proc.pid, "starttime": lock.starttime(proc.pid), "what": "a test holder"}
-
-
-def _free(path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first_dies(tmp_path):
@@ -57,7 +45,7 @@ def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first
         while lock.alive(first["pid"], first["starttime"]) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert not lock.alive(first["pid"], first["starttime"])
-        assert _free(path)
+        assert flock_free(path)
         assert lock.read_holder(path) == {}
         # a waiting job gets it: B waits while A's successor holds it, and takes it once released
         proc2, watch2 = _holder()
@@ -84,9 +72,9 @@ def test_the_second_job_fails_naming_the_first_then_gets_the_lock_once_the_first
         proc.wait()
     # B's keeper had nothing to watch: it let go after max_hold_s (1 s)
     deadline = time.monotonic() + 10
-    while not _free(path) and time.monotonic() < deadline:
+    while not flock_free(path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _free(path)
+    assert flock_free(path)
 
 
 def test_a_host_of_the_same_run_waiting_on_the_flock_joins_the_run_holding_it(tmp_path):

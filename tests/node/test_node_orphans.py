@@ -8,7 +8,6 @@ when its holder vanished: never after the run released it.
 Every process signalled here is one this test started, in its own session."""
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -17,7 +16,7 @@ import sys
 import time
 
 import pytest
-from nodekit import ROOT  # noqa: F401  (puts the collection on sys.path)
+from nodekit import flock_free
 
 from ansible_collections.specbench.core.plugins.module_utils.launch import orphans
 from ansible_collections.specbench.core.plugins.module_utils.node import lock
@@ -131,17 +130,6 @@ def _hook(mark):
     return on_gone
 
 
-def _lock_free(path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def _wait(predicate, timeout=10):
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -161,8 +149,8 @@ def test_the_keeper_cleans_up_after_a_vanished_run_before_it_drops_the_lock(tmp_
         proc.wait()
         _wait(lambda: mark.with_suffix(".start").exists())
         assert float(mark.with_suffix(".start").read_text()) == held["since_unix"]
-        assert not _lock_free(path)  # still held while the keeper cleans up: a waiting job waits for it
-        _wait(lambda: _lock_free(path))
+        assert not flock_free(path)  # still held while the keeper cleans up: a waiting job waits for it
+        _wait(lambda: flock_free(path))
         assert mark.with_suffix(".end").read_text() == "done"
     finally:
         proc.kill()
@@ -176,7 +164,7 @@ def test_a_released_lock_leaves_the_launches_to_the_run(tmp_path):
     try:
         lock.acquire(path, "token-a", {"run_id": "a"}, wait_s=0, poll_s=0.02, watch=watch, on_holder_gone=_hook(mark))
         assert lock.release(path, "token-a")
-        assert _lock_free(path)
+        assert flock_free(path)
         proc.kill()
         proc.wait()
         time.sleep(0.3)
