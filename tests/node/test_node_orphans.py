@@ -8,15 +8,18 @@ when its holder vanished: never after the run released it.
 Every process signalled here is one this test started, in its own session."""
 from __future__ import annotations
 
+import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 
 import pytest
-from nodekit import flock_free
+from nodekit import emulator_vars, flock_free
+from specbench_testkit import free_port, inventory, start_playbook
 
 from ansible_collections.specbench.core.plugins.module_utils.launch import orphans
 from ansible_collections.specbench.core.plugins.module_utils.node import lock
@@ -172,3 +175,51 @@ def test_a_released_lock_leaves_the_launches_to_the_run(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_an_awx_cancel_over_ssh_leaves_no_server_holding_the_gpus(tmp_path, node_dir, sshd):
+    """bench.yml over a real SSH connection (the test's sshd on 127.0.0.1), cancelled as AWX cancels
+    (ansible-runner's SIGKILL to ansible-playbook's process group) while it measures: the server it
+    launched outlives the SIGKILL (its own session), the lock's keeper on the node watches the SSH
+    connection's sshd, which ends once ssh's ControlPersist master has had no client for its time (10 s
+    here, 60 s by ansible's default; a shorter one than the run's longest pause between tasks on the node
+    would end the watch, and the lock, early), and then stops that server, still holding the lock, and
+    retires its record."""
+    port = free_port()
+    host = emulator_vars(
+        node_dir, port, specbench_emulator_device_dir=str(node_dir / "emulated-dev"),
+        gpu_kill_patterns=[re.escape(str(node_dir))], gpu_clean_timeout_s=20, gpu_term_timeout_s=5,
+        bench_concurrency=[1, 2], bench_warmup_s=1, bench_window_s=60,
+        ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=sshd["port"],
+        ansible_user=getpass.getuser(), ansible_ssh_private_key_file=str(sshd["key"]),
+        ansible_ssh_common_args=f"-o UserKnownHostsFile={sshd['known_hosts']} -o StrictHostKeyChecking=yes",
+        ansible_ssh_args="-o ControlMaster=auto -o ControlPersist=10s", ansible_python_interpreter=sys.executable)
+    results = tmp_path / "results"
+    records = node_dir / "state" / "servers"
+    sweeping = {}
+
+    def cancel():  # ansible-runner asks every few seconds; True cancels the run as AWX does
+        doc = results / "cut" / "node1" / "baseline.json"
+        if not sweeping and doc.exists() and json.loads(doc.read_text() or "{}").get("status") == "running":
+            sweeping["server"] = json.loads((records / f"{port}.json").read_text())
+        return bool(sweeping)
+
+    thread, runner, unused_pdd = start_playbook(
+        tmp_path, "bench.yml", inventory({"node1": host}),
+        {"mode": "baseline", "results_dir": str(results), "run_id": "cut"},
+        home=tmp_path / "home", name="runner-ssh-cancel", timeout=400, cancel_callback=cancel)
+    thread.join(400)
+    assert not thread.is_alive() and runner.status == "canceled", runner.status
+    server = sweeping["server"]
+    assert server["service"] is False and proc_table.alive(server["pid"], server["starttime"]) or gone(server["pid"], 0)
+    # The keeper exits (and removes node.lock.json) once it stopped what the run left.
+    deadline = time.monotonic() + 120
+    while (node_dir / "node.lock.json").exists():
+        assert time.monotonic() < deadline, "the node lock's keeper outlived the cancelled run by 120 s"
+        time.sleep(0.2)
+    assert flock_free(str(node_dir / "node.lock"))
+    assert gone(server["pid"], 5), server
+    torn = json.loads((records / f"{port}.json").read_text())["torn_down"]
+    assert torn["by"] == orphans.BY, torn
+    (logged,) = [json.loads(line) for line in (node_dir / "state" / "orphans.jsonl").read_text().splitlines()]
+    assert (logged["pid"], logged["port"], logged["stopped"], logged["retired"]) == (server["pid"], port, True, True)
