@@ -86,8 +86,8 @@ options:
         still holding the lock, stops every measuring launch (not serve.yml's service) recorded while it held the
         lock whose leader still runs at the head of its recorded process group (SIGTERM, after I(orphan_term_s)
         SIGKILL), retires its record and appends a line to C(orphans.jsonl) beside the folder.
-      - A run that ends normally tore its launches down itself; one that releases the lock leaves them to itself.
-      - C(specbench_compare) never reads it; the next run's teardown still proves the GPUs clean.
+      - A run that ends, failed or not, tore its launches down itself; nothing is stopped after a release. GPU memory
+        is not read here; the next run's teardown proves the GPUs clean.
     type: path
   orphan_term_s:
     description: Seconds the keeper waits after SIGTERM before it sends SIGKILL to a launch left behind.
