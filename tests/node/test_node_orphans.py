@@ -13,9 +13,11 @@ import getpass
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -178,7 +180,16 @@ def test_a_released_lock_leaves_the_launches_to_the_run(tmp_path):
         proc.wait()
 
 
-def test_an_awx_cancel_over_ssh_leaves_no_server_holding_the_gpus(tmp_path, node_dir, sshd):
+@pytest.fixture
+def control_dir():
+    """ssh's ControlPath folder: its socket must fit a Unix socket's 108 bytes, which pytest's folders under
+    xdist do not (CI: "unix_listener: path ... too long for Unix domain socket", the host unreachable)."""
+    folder = tempfile.mkdtemp(prefix="sb-cp-", dir="/tmp")
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_awx_cancel_over_ssh_leaves_no_server_holding_the_gpus(tmp_path, node_dir, sshd, control_dir):
     """bench.yml over a real SSH connection (the test's sshd on 127.0.0.1), cancelled as AWX cancels
     (ansible-runner's SIGKILL to ansible-playbook's process group) while it measures: the server it
     launched outlives the SIGKILL (its own session), the lock's keeper on the node watches the SSH
@@ -194,7 +205,8 @@ def test_an_awx_cancel_over_ssh_leaves_no_server_holding_the_gpus(tmp_path, node
         ansible_connection="ssh", ansible_host="127.0.0.1", ansible_port=sshd["port"],
         ansible_user=getpass.getuser(), ansible_ssh_private_key_file=str(sshd["key"]),
         ansible_ssh_common_args=f"-o UserKnownHostsFile={sshd['known_hosts']} -o StrictHostKeyChecking=yes",
-        ansible_ssh_args="-o ControlMaster=auto -o ControlPersist=30s", ansible_python_interpreter=sys.executable)
+        ansible_ssh_args="-o ControlMaster=auto -o ControlPersist=30s", ansible_control_path_dir=control_dir,
+        ansible_python_interpreter=sys.executable)
     results = tmp_path / "results"
     records = node_dir / "state" / "servers"
     sweeping = {}
@@ -210,7 +222,7 @@ def test_an_awx_cancel_over_ssh_leaves_no_server_holding_the_gpus(tmp_path, node
         {"mode": "baseline", "results_dir": str(results), "run_id": "cut"},
         home=tmp_path / "home", name="runner-ssh-cancel", timeout=400, cancel_callback=cancel)
     thread.join(400)
-    assert not thread.is_alive() and runner.status == "canceled", runner.status
+    assert not thread.is_alive() and runner.status == "canceled", (runner.status, runner.stdout.read()[-6000:])
     server = sweeping["server"]
     cancelled_at = time.time()
     assert server["service"] is False, server
